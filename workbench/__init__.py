@@ -1,0 +1,40 @@
+"""workbench: configure, submit and watch PyTorch DDP jobs from a notebook, a terminal or torchrun.
+
+``import workbench`` is light: torch, submitit and ipywidgets load only when used."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from workbench.config import JobConfig
+from workbench.configtypes import ConfigError
+from workbench.scaling import scaling_table
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "submit": "workbench.launch.submit",
+    "Run": "workbench.launch.run",
+    "RunFailed": "workbench.launch.run",
+    "Task": "workbench.engine.tasks",
+    "log": "workbench.launch.script",
+    "submit_script": "workbench.launch.script",
+    "presets": "workbench.presets",
+}
+
+__all__ = ["JobConfig", "ConfigError", "scaling_table", *_LAZY]
+
+if TYPE_CHECKING:
+    from workbench.engine.tasks import Task
+    from workbench.launch.run import Run, RunFailed
+    from workbench.launch.script import log, submit_script
+    from workbench.launch.submit import submit
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        module = importlib.import_module(_LAZY[name])
+        return module if name == "presets" else getattr(module, name)
+    raise AttributeError(f"module 'workbench' has no attribute {name!r}")

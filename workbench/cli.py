@@ -1,0 +1,158 @@
+"""`workbench ...` commands over the same Python API a notebook uses."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from workbench.config import JobConfig
+from workbench.configtypes import ConfigError
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as exc:
+        print(f"workbench: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="workbench", description="Configure, run and inspect DDP jobs.")
+    sub = parser.add_subparsers(required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run a config (local ranks or SLURM), showing live per-rank progress")
+    _config_args(run)
+    run.add_argument("--nproc", type=int, help="ranks per node (dist.procs_per_node)")
+    run.add_argument("--nodes", type=int, help="nodes (dist.nodes)")
+    run.add_argument("--executor", choices=["local", "slurm"], help="launch.executor")
+    run.add_argument("--run-dir", help="run folder (an existing one resumes from its latest checkpoint)")
+    run.add_argument("--quiet", action="store_true", help="no per-step lines")
+    run.set_defaults(func=cmd_run)
+
+    table = sub.add_parser("table", help="print the scaling table (effective batch, lr, warmup, steps/epoch)")
+    _config_args(table)
+    table.add_argument("--world-sizes", default="1,2,4,8", help="comma-separated, default 1,2,4,8")
+    table.add_argument("--rule", choices=["none", "linear", "sqrt", "capped"], help="scaling.rule")
+    table.add_argument("--compare", action="store_true", help="every rule side by side")
+    table.add_argument("--dataset-size", type=int, help="training samples (default: task.train_samples)")
+    table.set_defaults(func=cmd_table)
+
+    show = sub.add_parser("show", help="print a run's status, summary and failure")
+    show.add_argument("run_dir")
+    show.set_defaults(func=cmd_show)
+
+    check = sub.add_parser("check", help="validate a config and print every problem")
+    _config_args(check)
+    check.set_defaults(func=cmd_check)
+    return parser
+
+
+def _config_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", help="YAML config file")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                        help="override a field, e.g. --set train.lr=3e-4 (repeatable)")
+
+
+def load_config(args: argparse.Namespace) -> JobConfig:
+    cfg = JobConfig.from_yaml(Path(args.config)).with_overrides(args.set)
+    extra = {"dist.procs_per_node": getattr(args, "nproc", None), "dist.nodes": getattr(args, "nodes", None),
+             "launch.executor": getattr(args, "executor", None)}
+    sets = [f"{k}={v}" for k, v in extra.items() if v is not None]
+    return cfg.with_overrides(sets) if sets else cfg
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from workbench.launch.submit import submit
+    from workbench.plots import save_run_plot
+
+    cfg = load_config(args)
+    run = submit(cfg, run_dir=args.run_dir)
+    print(f"[workbench] run folder: {run.folder}", flush=True)
+    printer = ProgressPrinter(quiet=args.quiet)
+    status = run.wait(on_poll=printer)
+    printer(run)
+    frame = run.metrics()
+    if len(frame):
+        plot = save_run_plot(frame, str(run.dir.plots / "loss.png"))
+        print(f"[workbench] per-rank plot: {plot}")
+        print(per_rank_table(frame).to_string())
+    print(f"[workbench] {status}")
+    if status.state != "finished":
+        _print_failure(run)
+        return 1
+    return 0
+
+
+class ProgressPrinter:
+    """Prints new metric records as they stream in, at most one line per rank per second."""
+
+    def __init__(self, quiet: bool = False, every_s: float = 1.0):
+        self.quiet, self.every_s = quiet, every_s
+        self.last: dict[int, float] = {}
+
+    def __call__(self, run: Any) -> None:
+        for rec in run._metrics.poll():
+            now = time.monotonic()
+            if self.quiet or now - self.last.get(rec["rank"], 0) < self.every_s:
+                continue
+            self.last[rec["rank"]] = now
+            print(f"  rank {rec['rank']} step {rec['step']:>6} loss {rec['loss']:.4f} "
+                  f"(reduced {rec['loss_reduced']:.4f}) lr {rec['lr']:.2e} "
+                  f"{rec['samples_per_s']:.0f} samples/s {rec['mem_mb']:.0f} MiB", flush=True)
+
+
+def per_rank_table(frame: Any) -> Any:
+    """Final loss, mean step time, throughput and peak memory per rank."""
+    return frame.groupby("rank").agg(steps=("step", "max"), final_loss=("loss", "last"),
+                                     step_time_s=("step_time_s", "mean"), samples_per_s=("samples_per_s", "mean"),
+                                     mem_mb=("mem_mb", "max"))
+
+
+def _print_failure(run: Any) -> None:
+    failure = run.exception()
+    if failure is not None:
+        print(f"[workbench] {failure}\n{failure.traceback}", file=sys.stderr)
+
+
+def cmd_table(args: argparse.Namespace) -> int:
+    from workbench.scaling import scaling_table
+
+    cfg = load_config(args)
+    sizes = [int(s) for s in args.world_sizes.split(",") if s.strip()]
+    table = scaling_table(cfg, sizes, rule=args.rule, dataset_size=args.dataset_size, compare_rules=args.compare)
+    print(table.to_string(index=False))
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from workbench.launch.run import Run
+
+    run = Run.load(args.run_dir)
+    status = run.status()
+    print(f"run {run.folder}: {status}")
+    print(status.frame().to_string(index=False))
+    frame = run.metrics()
+    if len(frame):
+        print(per_rank_table(frame).to_string())
+    if status.state == "failed":
+        _print_failure(run)
+    elif status.state == "finished":
+        print(run.result())
+    return 0 if status.state != "failed" else 1
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    load_config(args).check()
+    print("config OK")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,297 @@
+"""Typed job configuration: one keyword-only dataclass per section, YAML round trip, validation.
+
+Every field has a docstring (the string literal under it); the widgets form and ``workbench
+explain`` read them from here.  Validation collects every problem at once and each message names
+the field and the fix.  YAML is read with ``yaml.safe_load`` only: a config is data, never code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from workbench.configtypes import ConfigError, coerce, field_docs, unknown_key_message
+
+Backend = Literal["auto", "nccl", "gloo", "xccl", "ccl"]
+Precision = Literal["fp32", "bf16", "fp16"]
+
+
+@dataclass(kw_only=True)
+class TaskConfig:
+    name: str = "synthetic"
+    """Built-in task ("synthetic", "charlm") or a user factory as "package.module:factory"."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments passed to the task factory (sizes, dims, ...)."""
+    train_samples: int | None = None
+    """Training-set size for steps-per-epoch in scaling tables; taken from the task when empty."""
+
+
+@dataclass(kw_only=True)
+class DataConfig:
+    num_workers: int = 0
+    """DataLoader worker processes per rank (0 loads in the rank's main process)."""
+    pin_memory: bool = False
+    """Pin host memory for faster host-to-GPU copies (only useful on CUDA)."""
+    drop_last: bool = True
+    """Drop the last incomplete micro-batch of each rank's shard, so every step has the same size."""
+    prefetch_factor: int | None = None
+    """Batches loaded in advance by each worker; needs num_workers > 0 (empty = torch default)."""
+    persistent_workers: bool = False
+    """Keep DataLoader workers alive between epochs; needs num_workers > 0."""
+
+
+@dataclass(kw_only=True)
+class EarlyStoppingConfig:
+    metric: str = "val_loss"
+    """Validation metric watched for early stopping."""
+    mode: Literal["min", "max"] = "min"
+    """Whether a lower ("min") or higher ("max") metric is better."""
+    patience: int | None = None
+    """Evaluations without improvement before stopping; empty disables early stopping."""
+    min_delta: float = 0.0
+    """Smallest change of the metric that counts as an improvement."""
+
+
+@dataclass(kw_only=True)
+class TrainConfig:
+    micro_batch_size: int = 32
+    """Samples per rank per forward/backward pass (the per-GPU batch size)."""
+    grad_accum_steps: int = 1
+    """Micro-batches accumulated before each optimizer step."""
+    epochs: int = 1
+    """Passes over the training set (ignored when max_steps is set and reached first)."""
+    max_steps: int | None = None
+    """Stop after this many optimizer steps; empty trains for `epochs`."""
+    optimizer: Literal["adamw", "sgd"] = "adamw"
+    """Optimizer: AdamW or SGD."""
+    optimizer_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra optimizer arguments, e.g. {betas: [0.9, 0.95]} or {momentum: 0.9}."""
+    lr: float = 1e-3
+    """Base learning rate, tuned at `lr_ref_world_size` ranks; scaled by the scaling rule."""
+    lr_ref_world_size: int = 1
+    """World size the base lr and warmup were tuned for (the scaling rule scales from here)."""
+    warmup_steps: int = 0
+    """Linear warmup steps at the reference world size; scaled by the scaling rule."""
+    schedule: Literal["constant", "linear", "cosine"] = "constant"
+    """Learning-rate schedule after warmup."""
+    min_lr_ratio: float = 0.0
+    """Final lr as a fraction of the peak lr, for linear and cosine schedules."""
+    weight_decay: float = 0.0
+    """Decoupled weight decay (AdamW) or L2 penalty (SGD)."""
+    grad_clip_norm: float | None = 1.0
+    """Clip the global gradient norm to this value; empty disables clipping."""
+    precision: Precision = "fp32"
+    """Numeric precision: fp32, bf16 autocast, or fp16 autocast with a GradScaler (CUDA only)."""
+    seed: int = 0
+    """Random seed; each rank seeds with seed + rank, data order depends on seed only."""
+    log_every_steps: int = 1
+    """Write a metrics record (and reduce the loss across ranks) every this many steps."""
+    eval_every_steps: int | None = None
+    """Run validation every this many steps; empty validates at the end of each epoch."""
+    checkpoint_every_steps: int | None = None
+    """Write a checkpoint every this many steps (plus one at the end); empty: end of each epoch."""
+    keep_checkpoints: int = 2
+    """Number of most recent checkpoints kept on disk."""
+    early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)
+    """Stop when a validation metric stops improving."""
+
+
+@dataclass(kw_only=True)
+class ScalingConfig:
+    rule: Literal["none", "linear", "sqrt", "capped"] = "linear"
+    """How lr and warmup change with world size k = world_size / lr_ref_world_size:
+    none (unchanged), linear (x k), sqrt (x sqrt(k)), capped (x min(k, cap))."""
+    cap: float = 8.0
+    """Largest multiplier of the capped rule."""
+    scale_warmup: bool = True
+    """Scale warmup steps with the same multiplier as the lr."""
+
+
+@dataclass(kw_only=True)
+class DistConfig:
+    nodes: int = 1
+    """Number of machines (SLURM nodes); local runs use 1."""
+    procs_per_node: int = 2
+    """Ranks per node (one per GPU on GPU machines)."""
+    backend: Backend = "auto"
+    """Process-group backend: auto picks nccl on CUDA, xccl on XPU, gloo on CPU."""
+    find_unused_parameters: bool = False
+    """DDP: search for parameters without gradients each step (slower; only if the model needs it)."""
+    gradient_as_bucket_view: bool = True
+    """DDP: gradients are views into the all-reduce buckets (saves memory and a copy)."""
+    static_graph: bool = False
+    """DDP: the set of used parameters never changes between steps (enables optimisations)."""
+    bucket_cap_mb: float = 25.0
+    """DDP: gradient bucket size in MiB for all-reduce."""
+    comm_hook: Literal["none", "fp16", "bf16"] = "none"
+    """Gradient compression for all-reduce: none, fp16 or bf16."""
+    timeout_s: int = 600
+    """Seconds a collective may wait before the process group fails (a dead or hung rank)."""
+
+
+@dataclass(kw_only=True)
+class SlurmConfig:
+    partition: str | None = None
+    """SLURM partition (empty = the cluster default)."""
+    account: str | None = None
+    """SLURM account to charge."""
+    qos: str | None = None
+    """SLURM quality of service."""
+    mem: str | None = None
+    """Memory per node, e.g. "16G" (empty = the cluster default)."""
+    gpus_per_node: int = 0
+    """GPUs per node; 0 runs on CPUs."""
+    cpus_per_task: int = 1
+    """CPU cores per rank (data-loader workers need cores too)."""
+    constraint: str | None = None
+    """SLURM node constraint, e.g. "a100"."""
+    sbatch_options: dict[str, Any] = field(default_factory=dict)
+    """Extra sbatch options, e.g. {reservation: xyz}."""
+    setup: list[str] = field(default_factory=list)
+    """Shell lines run before the job, e.g. "module load cuda"."""
+
+
+@dataclass(kw_only=True)
+class LaunchConfig:
+    executor: Literal["local", "slurm"] = "local"
+    """Where ranks run: this machine (local) or a SLURM cluster (slurm)."""
+    run_root: str = "runs"
+    """Folder under which each run gets its own folder."""
+    name: str | None = None
+    """Run name (empty = task name); the run folder is <run_root>/<name>-<timestamp>."""
+    time_limit: str = "01:00:00"
+    """Wall-time limit of the job, as [D-]HH:MM:SS or minutes."""
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)
+    """SLURM resources (used when executor is slurm)."""
+
+
+@dataclass(kw_only=True)
+class JobConfig:
+    """A whole DDP job: what to train, how, on how many ranks and where."""
+
+    task: TaskConfig = field(default_factory=TaskConfig)
+    """What to train: model, data and loss."""
+    data: DataConfig = field(default_factory=DataConfig)
+    """How each rank loads its data shard."""
+    train: TrainConfig = field(default_factory=TrainConfig)
+    """The optimisation loop."""
+    scaling: ScalingConfig = field(default_factory=ScalingConfig)
+    """How lr and warmup follow the world size."""
+    dist: DistConfig = field(default_factory=DistConfig)
+    """Process group and DDP options."""
+    launch: LaunchConfig = field(default_factory=LaunchConfig)
+    """Where and with what resources the job runs."""
+
+    @property
+    def world_size(self) -> int:
+        return self.dist.nodes * self.dist.procs_per_node
+
+    # --- dict / YAML -------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> JobConfig:
+        """Build a config from plain data; raises ConfigError listing every problem."""
+        problems: list[str] = []
+        cfg = _build(cls, data or {}, "", problems)
+        if problems:
+            raise ConfigError(problems)
+        return cfg
+
+    def to_yaml(self, path: str | Path | None = None) -> str:
+        import yaml
+
+        text = yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=False)
+        if path is not None:
+            Path(path).write_text(text)
+        return text
+
+    @classmethod
+    def from_yaml(cls, source: str | Path) -> JobConfig:
+        """Load from a YAML file path or YAML text (safe loader only)."""
+        import yaml
+
+        text = Path(source).read_text() if _looks_like_path(source) else str(source)
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError([f"YAML: cannot parse ({exc}); fix the syntax"]) from None
+        if data is not None and not isinstance(data, dict):
+            raise ConfigError(["YAML: the top level must be a mapping of sections (task:, train:, ...)"])
+        return cls.from_dict(data)
+
+    def with_overrides(self, assignments: list[str]) -> JobConfig:
+        """Return a copy with "section.field=value" assignments applied (values parsed as YAML)."""
+        from workbench.configtypes import apply_overrides
+
+        return JobConfig.from_dict(apply_overrides(self.to_dict(), assignments))
+
+    def replace(self, **sections: Any) -> JobConfig:
+        """Copy with whole sections or "section__field" keyword values replaced."""
+        data = self.to_dict()
+        for key, value in sections.items():
+            section, _, name = key.partition("__")
+            if name:
+                data[section][name] = value
+            else:
+                data[section] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+        return JobConfig.from_dict(data)
+
+    # --- validation --------------------------------------------------------------------------
+    def problems(self, gpus: int | None = None) -> list[str]:
+        """Every problem with this config, each naming the field and the fix (empty when valid)."""
+        from workbench.validate import config_problems
+
+        return config_problems(self, gpus)
+
+    def check(self, gpus: int | None = None) -> JobConfig:
+        """Raise ConfigError listing every problem; returns self when valid."""
+        found = self.problems(gpus)
+        if found:
+            raise ConfigError(found)
+        return self
+
+    @staticmethod
+    def docs() -> dict[str, str]:
+        """Field path -> docstring, for help texts."""
+        return field_docs(JobConfig)
+
+
+def _looks_like_path(source: str | Path) -> bool:
+    if isinstance(source, Path):
+        return True
+    return "\n" not in source and ":" not in source.split("/")[-1] and Path(source).suffix in {".yaml", ".yml"}
+
+
+def _build(cls: type, data: Any, prefix: str, problems: list[str]) -> Any:
+    """Instantiate dataclass `cls` from `data`, collecting type and key problems."""
+    if not isinstance(data, dict):
+        problems.append(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {type(data).__name__}")
+        return cls()
+    hints = _hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if key not in fields:
+            problems.append(unknown_key_message(path, key, list(fields)))
+            continue
+        hint = hints[key]
+        if dataclasses.is_dataclass(hint):
+            kwargs[key] = _build(hint, value if value is not None else {}, f"{path}.", problems)
+            continue
+        ok, converted, why = coerce(value, hint)
+        if ok:
+            kwargs[key] = converted
+        else:
+            problems.append(f"{path}: {why}")
+    return cls(**kwargs)
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    import typing
+
+    return typing.get_type_hints(cls)

@@ -1,0 +1,69 @@
+"""Checkpoints: written by rank 0 to a temp name then renamed, so a crash never leaves half a file.
+
+A checkpoint holds model, optimizer, scheduler and scaler state, the step and epoch position, the
+RNG states of every rank (gathered to rank 0), and the config, so a resumed run continues exactly.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from workbench.rundir import RunDir
+
+
+def rng_state() -> dict[str, Any]:
+    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state()
+    try:
+        import numpy as np
+
+        state["numpy"] = np.random.get_state()
+    except ImportError:
+        pass
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+    if "numpy" in state:
+        import numpy as np
+
+        np.random.set_state(state["numpy"])
+
+
+def save_checkpoint(run: RunDir, step: int, state: dict[str, Any], keep: int) -> Path:
+    """Atomically write step-N.pt and drop all but the `keep` newest checkpoints."""
+    path = run.checkpoint(step)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+    for old in list_checkpoints(run)[:-keep]:
+        old.unlink(missing_ok=True)
+    return path
+
+
+def list_checkpoints(run: RunDir) -> list[Path]:
+    """Finished checkpoints, oldest first (temp files are never listed)."""
+    if not run.checkpoints.is_dir():
+        return []
+    return sorted(p for p in run.checkpoints.glob("step-*.pt"))
+
+
+def latest_checkpoint(run: RunDir) -> Path | None:
+    found = list_checkpoints(run)
+    return found[-1] if found else None
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    # weights_only=False: the file holds RNG states and the config, and was written by this run.
+    return torch.load(path, map_location="cpu", weights_only=False)

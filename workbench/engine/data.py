@@ -1,0 +1,74 @@
+"""Data sharding: DistributedSampler for training (resumable mid-epoch) and an unpadded one for eval."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import torch
+from torch.utils.data import DataLoader, DistributedSampler
+
+from workbench.config import DataConfig
+
+
+class ResumableSampler(DistributedSampler):
+    """DistributedSampler that can start an epoch part-way, skipping samples already trained on.
+
+    The order is the usual one for (seed, epoch), so a resumed run sees the same batches as an
+    uninterrupted one."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.skip = 0
+
+    def set_epoch(self, epoch: int, skip: int = 0) -> None:
+        super().set_epoch(epoch)
+        self.skip = skip
+
+    def __iter__(self) -> Iterator[int]:
+        indices = list(super().__iter__())
+        return iter(indices[self.skip:])
+
+    def __len__(self) -> int:
+        return self.num_samples - self.skip
+
+
+class UnpaddedSampler(DistributedSampler):
+    """Each rank takes every world_size-th sample; no padding, so eval sums are exact."""
+
+    def __init__(self, dataset: Any, num_replicas: int, rank: int):
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=False)
+        self.num_samples = len(range(rank, len(dataset), num_replicas))
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(self.rank, len(self.dataset), self.num_replicas))
+
+
+def train_loader(dataset: Any, cfg: DataConfig, batch: int, rank: int, world: int, seed: int,
+                 device: str) -> DataLoader:
+    sampler = ResumableSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=seed,
+                               drop_last=cfg.drop_last)
+    return _loader(dataset, sampler, cfg, batch, device, drop_last=cfg.drop_last)
+
+
+def eval_loader(dataset: Any, cfg: DataConfig, batch: int, rank: int, world: int, device: str) -> DataLoader:
+    return _loader(dataset, UnpaddedSampler(dataset, world, rank), cfg, batch, device, drop_last=False)
+
+
+def _loader(dataset: Any, sampler: Any, cfg: DataConfig, batch: int, device: str, drop_last: bool) -> DataLoader:
+    extra: dict[str, Any] = {}
+    if cfg.num_workers > 0:
+        extra["persistent_workers"] = cfg.persistent_workers
+        if cfg.prefetch_factor is not None:
+            extra["prefetch_factor"] = cfg.prefetch_factor
+    return DataLoader(dataset, batch_size=batch, sampler=sampler, num_workers=cfg.num_workers,
+                      pin_memory=cfg.pin_memory and device.startswith("cuda"), drop_last=drop_last, **extra)
+
+
+def to_device(batch: Any, device: str) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(to_device(b, device) for b in batch)
+    if isinstance(batch, dict):
+        return {k: to_device(v, device) for k, v in batch.items()}
+    return batch

@@ -1,0 +1,89 @@
+"""What a rank tells the outside world: metrics and events (JSONL), heartbeat, error file.
+
+A background heartbeat thread rewrites the rank's status file every few seconds with its state and
+current step, and watches for another rank's error file: when a peer has failed, this rank stops
+at once instead of waiting in a collective until the process-group timeout.  The main thread's
+checkpoint writes hold a lock, so a rank is never stopped half-way through saving.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import traceback
+from typing import Any
+
+from workbench.rundir import RunDir, write_json_atomic
+from workbench.stream import JsonlWriter
+
+PEER_FAILED_EXIT_CODE = 75
+
+
+class RankMonitor:
+    def __init__(self, run: RunDir, rank: int, world_size: int, attempt: int = 0, heartbeat_s: float = 2.0):
+        self.run, self.rank, self.world_size, self.attempt = run, rank, world_size, attempt
+        self.metrics = JsonlWriter(run.metrics(rank))
+        self.events = JsonlWriter(run.events(rank))
+        self.step = 0
+        self.state = "starting"
+        self.saving = threading.Lock()
+        self._stop = threading.Event()
+        self._heartbeat_s = heartbeat_s
+        self._thread = threading.Thread(target=self._beat, name="workbench-heartbeat", daemon=True)
+        run.error(rank).unlink(missing_ok=True)  # a requeued attempt starts clean
+
+    def start(self) -> RankMonitor:
+        self.write_status()
+        self._thread.start()
+        return self
+
+    def event(self, kind: str, **fields: Any) -> None:
+        self.events.write({"event": kind, "rank": self.rank, "step": self.step, "time": time.time(),
+                           "attempt": self.attempt, **fields})
+
+    def write_status(self) -> None:
+        write_json_atomic(self.run.status(self.rank), {
+            "rank": self.rank, "state": self.state, "step": self.step, "time": time.time(),
+            "pid": os.getpid(), "host": socket.gethostname(), "attempt": self.attempt,
+        })
+
+    def set_state(self, state: str) -> None:
+        self.state = state
+        self.write_status()
+
+    def fail(self, exc: BaseException) -> None:
+        """Record this rank's exception and traceback (error file, event, status)."""
+        text = "".join(traceback.format_exception(exc))
+        write_json_atomic(self.run.error(self.rank), {
+            "rank": self.rank, "type": type(exc).__name__, "message": str(exc), "traceback": text,
+            "time": time.time(), "step": self.step, "host": socket.gethostname(), "attempt": self.attempt,
+        })
+        self.event("error", type=type(exc).__name__, message=str(exc))
+        self.set_state("failed")
+
+    def close(self, state: str | None = None) -> None:
+        self._stop.set()
+        if state:
+            self.set_state(state)
+        self.metrics.close()
+        self.events.close()
+
+    def failed_peers(self) -> list[int]:
+        return [r for r in self.run.ranks_with("errors") if r != self.rank]
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self._heartbeat_s):
+            self.write_status()
+            peers = self.failed_peers()
+            if peers and not self._stop.is_set():
+                self._abort(peers)
+
+    def _abort(self, peers: list[int]) -> None:
+        with self.saving:  # never interrupt a checkpoint being written
+            self.event("aborted", reason=f"rank {peers[0]} failed", failed_ranks=peers)
+            self.set_state("aborted")
+            self.metrics.close()
+            self.events.close()
+            os._exit(PEER_FAILED_EXIT_CODE)

@@ -1,0 +1,85 @@
+"""Entry point of one rank: process group up, task built, train, process group down (always)."""
+
+from __future__ import annotations
+
+import os
+import random
+from datetime import timedelta
+from typing import Any, Callable
+
+from workbench.config import JobConfig
+from workbench.engine.env import DistEnv, pick_device_and_backend
+from workbench.engine.monitor import RankMonitor
+from workbench.engine.tasks import build_task, resolve_factory
+from workbench.rundir import RunDir, write_json_atomic
+
+
+def run_rank(cfg: JobConfig, run_dir: str, factory: Callable[..., Any] | None = None,
+             attempt: int = 0) -> dict[str, Any]:
+    """Train this rank (its identity comes from the torchrun environment); returns its summary."""
+    import torch
+    import torch.distributed as dist
+
+    env = DistEnv.from_environ()
+    run = RunDir(run_dir)
+    _set_threads(torch, env.local_world_size)
+    monitor = RankMonitor(run, env.rank, env.world_size, attempt).start()
+    try:
+        device, backend = pick_device_and_backend(env.local_rank, cfg.dist.backend)
+        if device.startswith("cuda"):
+            torch.cuda.set_device(device)
+        dist.init_process_group(backend, rank=env.rank, world_size=env.world_size,
+                                timeout=timedelta(seconds=cfg.dist.timeout_s))
+        summary = _train(cfg, env, device, run, monitor, factory)
+        monitor.close("finished")
+        if env.is_main:
+            write_json_atomic(run.summary, {**summary, "status": "finished", "world_size": env.world_size})
+        return summary
+    except (KeyboardInterrupt, SystemExit) as exc:  # cancel (SIGINT) or submitit's preemption exit
+        monitor.event("interrupted", reason=type(exc).__name__)
+        monitor.close("interrupted")
+        raise
+    except BaseException as exc:
+        monitor.fail(exc)
+        monitor.close()
+        raise
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _train(cfg: JobConfig, env: DistEnv, device: str, run: RunDir, monitor: RankMonitor,
+           factory: Callable[..., Any] | None) -> dict[str, Any]:
+    import torch
+
+    from workbench.engine.trainer import Trainer
+
+    # Same seed on every rank while building: identical datasets and initial weights.
+    _seed(torch, cfg.train.seed)
+    task = build_task(factory or resolve_factory(cfg.task.name), cfg.task.options)
+    trainer = Trainer(cfg, task, env, device, run, monitor)
+    _seed(torch, cfg.train.seed + env.rank)  # then per rank (dropout, augmentation)
+    trainer.resume()
+    monitor.set_state("running")
+    summary = trainer.fit()
+    monitor.event("end", stop_reason=summary["stop_reason"], steps=summary["steps"])
+    return summary
+
+
+def _seed(torch: Any, seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed % 2**32)
+    except ImportError:
+        pass
+
+
+def _set_threads(torch: Any, local_world_size: int) -> None:
+    """One share of the cores per rank (torchrun sets OMP_NUM_THREADS=1 for the same reason)."""
+    if "OMP_NUM_THREADS" in os.environ:
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    else:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, local_world_size)))

@@ -1,0 +1,54 @@
+"""submitit executors built from the launch section: one task per rank, a real time limit."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import submitit
+
+from workbench.config import JobConfig
+from workbench.devices import parse_visible_devices, visible_gpu_count
+from workbench.launch.rendezvous import free_port
+from workbench.launch.worker import TaskEnv
+from workbench.rundir import RunDir
+from workbench.validate import parse_time_limit
+
+
+def make_executor(cfg: JobConfig, run: RunDir) -> tuple[submitit.Executor, TaskEnv]:
+    if cfg.launch.executor == "slurm":
+        return slurm_executor(cfg, run), TaskEnv(local=False)
+    return local_executor(cfg, run)
+
+
+def local_executor(cfg: JobConfig, run: RunDir) -> tuple[submitit.LocalExecutor, TaskEnv]:
+    executor = submitit.LocalExecutor(folder=run.logs)
+    # Not submitit's 2-minute default: the job's own limit.  USR2 comes 30 s before it.
+    executor.update_parameters(tasks_per_node=cfg.dist.procs_per_node, nodes=1,
+                               timeout_min=parse_time_limit(cfg.launch.time_limit), signal_delay_s=30)
+    gpus = visible_gpu_count()
+    gpu_ids = parse_visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"), gpus)[:gpus] if gpus else []
+    return executor, TaskEnv(local=True, port=free_port("127.0.0.1"), gpu_ids=gpu_ids)
+
+
+def slurm_executor(cfg: JobConfig, run: RunDir) -> submitit.SlurmExecutor:
+    executor = submitit.SlurmExecutor(folder=run.logs, max_num_timeout=20)
+    executor.update_parameters(**slurm_parameters(cfg, run))
+    return executor
+
+
+def slurm_parameters(cfg: JobConfig, run: RunDir | None = None) -> dict[str, Any]:
+    s = cfg.launch.slurm
+    params: dict[str, Any] = {
+        "job_name": f"wb-{cfg.launch.name or cfg.task.name.split(':')[-1].strip('<>')}"[:40],
+        "nodes": cfg.dist.nodes, "ntasks_per_node": cfg.dist.procs_per_node,
+        "cpus_per_task": s.cpus_per_task, "time": parse_time_limit(cfg.launch.time_limit),
+        "signal_delay_s": 90 if parse_time_limit(cfg.launch.time_limit) > 5 else 30,
+        "setup": list(s.setup), "additional_parameters": dict(s.sbatch_options),
+    }
+    optional = {"partition": s.partition, "account": s.account, "qos": s.qos, "mem": s.mem,
+                "constraint": s.constraint, "gpus_per_node": s.gpus_per_node or None}
+    params.update({k: v for k, v in optional.items() if v is not None})
+    if run is not None:
+        params["comment"] = f"workbench run {run.root}"
+    return params

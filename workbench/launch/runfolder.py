@@ -1,0 +1,37 @@
+"""Creating a run folder on the submitting side: name, private permissions, config snapshot."""
+
+from __future__ import annotations
+
+import getpass
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from workbench.config import JobConfig
+from workbench.rundir import RunDir, read_json, write_json_atomic
+
+
+def default_run_dir(cfg: JobConfig, suffix: str | None = None) -> Path:
+    """<run_root>/<name>-<YYYYmmdd-HHMMSS>[-suffix]; name defaults to the task name."""
+    name = cfg.launch.name or _safe(cfg.task.name)
+    stamp = suffix or time.strftime("%Y%m%d-%H%M%S") + f"-{int(time.time() * 1000) % 1000:03d}"
+    return Path(cfg.launch.run_root).expanduser().resolve() / f"{name}-{stamp}"
+
+
+def prepare_run_dir(run_dir: str | Path, cfg: JobConfig, executor: str, **facts: Any) -> RunDir:
+    """Create the folder tree (0700), write config.yaml and run.json; keeps an existing run.json's start."""
+    run = RunDir(Path(run_dir)).create()
+    cfg.to_yaml(run.config)
+    meta = read_json(run.meta, {}) or {}
+    meta.update({"executor": executor, "world_size": cfg.world_size, "nodes": cfg.dist.nodes,
+                 "procs_per_node": cfg.dist.procs_per_node, "user": getpass.getuser(),
+                 "submit_host": socket.gethostname(), **facts})
+    meta.setdefault("created", time.time())
+    write_json_atomic(run.meta, meta)
+    return run
+
+
+def _safe(name: str) -> str:
+    keep = "".join(c if c.isalnum() or c in "-_" else "-" for c in name.split(":")[-1].strip("<>"))
+    return keep.strip("-")[:40] or "run"

@@ -1,0 +1,70 @@
+"""matplotlib figures from metrics DataFrames (no widgets)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+PANELS = ("loss", "step_time_s", "samples_per_s", "mem_mb")
+TITLES = {"loss": "loss per rank (dashed: reduced)", "step_time_s": "step time (s)",
+          "samples_per_s": "samples/s per rank", "mem_mb": "memory (MiB)"}
+
+
+def downsample(frame: pd.DataFrame, max_points: int) -> pd.DataFrame:
+    """Keep at most ~max_points rows per rank, evenly spaced (always keeping the last)."""
+    if len(frame) == 0 or "rank" not in frame:
+        return frame
+    n = frame.groupby("rank").size().max()
+    if n <= max_points:
+        return frame
+    stride = -(-n // max_points)
+    pos = frame.groupby("rank").cumcount()
+    last = pos == frame.groupby("rank")["step"].transform("size") - 1
+    return frame[(pos % stride == 0) | last]
+
+
+def plot_loss(frame: pd.DataFrame, ax: Axes) -> None:
+    for rank, part in frame.groupby("rank"):
+        ax.plot(part["step"], part["loss"], lw=1, label=f"rank {rank}")
+    if "loss_reduced" in frame:
+        first = frame[frame["rank"] == frame["rank"].min()]
+        ax.plot(first["step"], first["loss_reduced"], "k--", lw=1.5, label="reduced")
+    ax.set_xlabel("step")
+    ax.set_title(TITLES["loss"])
+    ax.legend(fontsize="small")
+
+
+def plot_per_rank(frame: pd.DataFrame, column: str, ax: Axes) -> None:
+    for rank, part in frame.groupby("rank"):
+        ax.plot(part["step"], part[column], lw=1, label=f"rank {rank}")
+    ax.set_xlabel("step")
+    ax.set_title(TITLES.get(column, column))
+
+
+def plot_run(frame: pd.DataFrame, panels: Sequence[str] = PANELS, max_points: int = 2000,
+             figsize: tuple[float, float] | None = None, fig: Figure | None = None, **_: Any) -> Figure:
+    """Loss per rank with the reduced loss, then step time, throughput and memory per rank."""
+    from matplotlib.figure import Figure
+
+    fig = fig or Figure(figsize=figsize or (4.2 * len(panels), 3.2), layout="constrained")
+    fig.clear()
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    data = downsample(frame, max_points)
+    for ax, column in zip(axes, panels):
+        if len(data) == 0 or column not in data:
+            ax.set_title(f"{TITLES.get(column, column)}: no data yet")
+        elif column == "loss":
+            plot_loss(data, ax)
+        else:
+            plot_per_rank(data, column, ax)
+    return fig
+
+
+def save_run_plot(frame: pd.DataFrame, path: str, **kwargs: Any) -> str:
+    fig = plot_run(frame, **kwargs)
+    fig.savefig(path, dpi=100)
+    return path

@@ -1,0 +1,41 @@
+"""Run the engine under plain torchrun:
+
+    torchrun --nproc_per_node=2 -m workbench.train CONFIG.yaml [--run-dir DIR] [--set train.lr=1e-3 ...]
+
+Every rank must be given the same run folder; without --run-dir, <run_root>/<name>-torchrun-<id>
+is used, the id taken from TORCHELASTIC_RUN_ID (same on all ranks of one torchrun)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from workbench.config import JobConfig
+from workbench.launch.runfolder import default_run_dir, prepare_run_dir
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m workbench.train", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("config")
+    parser.add_argument("--run-dir")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE")
+    args = parser.parse_args(argv)
+    cfg = JobConfig.from_yaml(args.config).with_overrides(args.set)
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none")
+    if run_id == "none":  # torchrun without --rdzv-id: the port is what all ranks share
+        run_id = f"port{os.environ.get('MASTER_PORT', '0')}"
+    run_dir = args.run_dir or str(default_run_dir(cfg, suffix=f"torchrun-{run_id}"))
+    if os.environ.get("RANK", "0") == "0":
+        prepare_run_dir(run_dir, cfg, executor="torchrun")
+    from workbench.engine.rank import run_rank
+
+    summary = run_rank(cfg, run_dir)
+    if summary.get("rank") == 0:
+        print(f"[workbench] finished {summary['steps']} steps; run folder: {run_dir}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
