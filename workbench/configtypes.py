@@ -132,8 +132,14 @@ def apply_overrides(data: dict[str, Any], assignments: list[str]) -> dict[str, A
         node = data
         *parents, leaf = key.strip().split(".")
         for part in parents:
-            node = node.setdefault(part, {}) if isinstance(node, dict) else {}
-        node[leaf] = yaml.safe_load(raw) if raw.strip() else None
+            node = node.setdefault(part, {}) if isinstance(node, dict) else None
+        if not isinstance(node, dict):
+            problems.append(f"--set {item!r}: {key.strip().rsplit('.', 1)[0]} is not a section")
+            continue
+        try:
+            node[leaf] = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError as exc:
+            problems.append(f"--set {item!r}: the value is not valid YAML ({exc.__class__.__name__})")
     if problems:
         raise ConfigError(problems)
     return data

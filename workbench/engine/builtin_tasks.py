@@ -22,7 +22,8 @@ def accuracy(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 
 def synthetic_classification(n_train: int = 4096, n_val: int = 512, dim: int = 32, classes: int = 4,
-                             hidden: int = 64, noise: float = 3.0, data_seed: int = 1234) -> Task:
+                             hidden: int = 64, noise: float = 3.0, dropout: float = 0.0,
+                             data_seed: int = 1234) -> Task:
     """Gaussian clusters in `dim` dimensions, one per class; an MLP classifier."""
     gen = torch.Generator().manual_seed(data_seed)
     centres = torch.randn(classes, dim, generator=gen) * 2.0
@@ -32,7 +33,7 @@ def synthetic_classification(n_train: int = 4096, n_val: int = 512, dim: int = 3
         points = centres[labels] + noise * torch.randn(n, dim, generator=gen)
         return TensorDataset(points, labels)
 
-    model = nn.Sequential(nn.Linear(dim, hidden), nn.ReLU(), nn.Linear(hidden, classes))
+    model = nn.Sequential(nn.Linear(dim, hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, classes))
     return Task(model=model, train_dataset=make(n_train), val_dataset=make(n_val),
                 loss_fn=F.cross_entropy, metrics={"accuracy": accuracy})
 

@@ -47,7 +47,18 @@ def train_loader(dataset: Any, cfg: DataConfig, batch: int, rank: int, world: in
                  device: str) -> DataLoader:
     sampler = ResumableSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=seed,
                                drop_last=cfg.drop_last)
-    return _loader(dataset, sampler, cfg, batch, device, drop_last=cfg.drop_last)
+    loader = _loader(dataset, sampler, cfg, batch, device, drop_last=cfg.drop_last)
+    # Its own generator: creating an iterator draws a worker base seed from it instead of from the
+    # global RNG, so a resumed run's dropout/augmentation RNG stays in step with the original.
+    loader.generator = torch.Generator().manual_seed(seed * 1_000_003 + rank)
+    return loader
+
+
+def start_epoch(loader: DataLoader, epoch: int, skip_samples: int, seed: int, rank: int) -> Iterator[Any]:
+    """Iterator over this rank's shard for `epoch`, skipping samples already trained on."""
+    loader.sampler.set_epoch(epoch, skip=skip_samples)
+    loader.generator.manual_seed((seed * 1_000_003 + rank) * 10_007 + epoch)  # worker seeds per (rank, epoch)
+    return iter(loader)
 
 
 def eval_loader(dataset: Any, cfg: DataConfig, batch: int, rank: int, world: int, device: str) -> DataLoader:

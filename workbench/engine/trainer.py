@@ -20,7 +20,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from workbench.config import JobConfig
 from workbench.engine.checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
-from workbench.engine.data import eval_loader, to_device, train_loader
+from workbench.engine.data import eval_loader, start_epoch, to_device, train_loader
 from workbench.engine.env import DistEnv
 from workbench.engine.monitor import RankMonitor
 from workbench.engine.optim import build_optimizer, build_scheduler
@@ -64,8 +64,8 @@ class Trainer:
     def fit(self) -> dict[str, Any]:
         self._start_event()
         while not self.stop_reason:
-            self.loader.sampler.set_epoch(self.epoch, skip=self.micro_in_epoch * self.cfg.train.micro_batch_size)
-            batches = iter(self.loader)
+            batches = start_epoch(self.loader, self.epoch, self.micro_in_epoch * self.cfg.train.micro_batch_size,
+                                  self.cfg.train.seed, self.env.rank)
             while self.micro_in_epoch // self.accum < self.steps_per_epoch and not self.stop_reason:
                 self.train_step(batches)
                 self.after_step()

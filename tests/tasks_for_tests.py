@@ -1,0 +1,30 @@
+"""Task factories used by the end-to-end tests (failure injection)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from workbench.engine.builtin_tasks import synthetic_classification
+from workbench.engine.tasks import Task
+
+
+def failing_at(step_calls: int, rank: int = 1, how: str = "raise", **options) -> Task:
+    """The synthetic task, except that `rank` fails on its `step_calls`-th training loss call."""
+    task = synthetic_classification(**options)
+    base, calls = task.loss_fn, {"n": 0}
+
+    def loss_fn(output, target):
+        if task.model.training and int(os.environ["RANK"]) == rank:
+            calls["n"] += 1
+            if calls["n"] == step_calls:
+                if how == "kill":
+                    os.kill(os.getpid(), signal.SIGKILL)
+                if how == "hang":
+                    time.sleep(3600)
+                raise RuntimeError(f"injected failure on rank {rank}")
+        return base(output, target)
+
+    task.loss_fn = loss_fn
+    return task
