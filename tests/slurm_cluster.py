@@ -14,6 +14,7 @@ stop() is cleaned up by the next start(). Facts behind the settings: /work/share
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -24,7 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 STATE_DIR = Path("/tmp/workbench-slurm")
 STATE_FILE = STATE_DIR / "pids"  # JSON: owner, daemons, backed-up files, /etc/hosts lines added
@@ -33,7 +34,7 @@ HOSTS_FILE = Path("/etc/hosts")
 MUNGE_RUN_DIR = Path("/run/munge")
 POLICY_RC_D = Path("/usr/sbin/policy-rc.d")
 PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge", "slurmdbd", "mariadb-server")
-BINARIES = ("slurmctld", "slurmd", "slurmdbd", "sbatch", "sacct", "sinfo", "squeue", "scancel",
+BINARIES = ("slurmctld", "slurmd", "slurmdbd", "sbatch", "sacct", "sacctmgr", "sinfo", "squeue", "scancel",
             "munged", "munge", "unmunge", "mariadbd", "mariadb-install-db", "mariadb")
 SLURM_DAEMONS = ("slurmctld", "slurmd", "slurmdbd")
 DB_USER, DB_PASSWORD, DB_NAME = "slurm", "workbench-test", "slurm_acct_db"
@@ -41,8 +42,6 @@ FIRST_PORT = 17001  # below submitit's MASTER_PORT range (20000-60000) and the k
 HOSTS_MARK = "# workbench-slurm test cluster"
 SEARCH_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/local/sbin", "/usr/sbin", "/sbin"])
 
-
-# ---------------------------------------------------------------- commands
 
 def _run(cmd: list[str], timeout_s: float, **kwargs) -> subprocess.CompletedProcess:
     """Run a command with a hard time limit; raise RuntimeError with its output if it fails."""
@@ -75,8 +74,6 @@ def _wait_for(what: str, ready: Callable[[], bool], timeout_s: float) -> None:
         time.sleep(0.2)
 
 
-# ---------------------------------------------------------------- packages and preconditions
-
 def missing_binaries() -> list[str]:
     return [name for name in BINARIES if shutil.which(name, path=SEARCH_PATH) is None]
 
@@ -98,19 +95,16 @@ def ensure_packages() -> str | None:
     return f"still missing after apt-get install: {missing}" if missing else None
 
 
-class _services_disabled:
+@contextlib.contextmanager
+def _services_disabled() -> Iterator[None]:
     """A policy-rc.d that exits 101 for the duration, so package scripts start no daemons."""
-
-    def __enter__(self) -> None:
-        self.saved = POLICY_RC_D.read_bytes() if POLICY_RC_D.exists() else None
-        POLICY_RC_D.write_text("#!/bin/sh\nexit 101\n")
-        POLICY_RC_D.chmod(0o755)
-
-    def __exit__(self, *exc_info) -> None:
-        if self.saved is None:
-            POLICY_RC_D.unlink(missing_ok=True)
-        else:
-            POLICY_RC_D.write_bytes(self.saved)
+    saved = POLICY_RC_D.read_bytes() if POLICY_RC_D.exists() else None
+    POLICY_RC_D.write_text("#!/bin/sh\nexit 101\n")
+    POLICY_RC_D.chmod(0o755)
+    try:
+        yield
+    finally:
+        POLICY_RC_D.write_bytes(saved) if saved is not None else POLICY_RC_D.unlink(missing_ok=True)
 
 
 def skip_reason() -> str | None:
@@ -127,8 +121,6 @@ def skip_reason() -> str | None:
         return f"SLURM daemons not started by {__name__} are running (pids {foreign}); not replacing their config"
     return ensure_packages()
 
-
-# ---------------------------------------------------------------- processes and the state file
 
 def _proc_stat(pid: int) -> tuple[str, int] | None:
     """(state letter, start time in clock ticks) of a process, or None if there is no such process."""
@@ -181,23 +173,20 @@ def _save_state(state: dict) -> None:
 
 
 def _live_owner(state: dict) -> int | None:
+    """The pid of the process that started the recorded cluster, if that process still runs."""
     owner = state.get("owner")
-    if owner and _alive(owner["pid"], owner["start"]):
-        return owner["pid"]
-    return None
+    return owner["pid"] if owner and _alive(owner["pid"], owner["start"]) else None
 
 
 def _foreign_slurm_daemons() -> list[int]:
     ours = {d["pid"] for d in _load_state().get("daemons", [])}
     found = []
-    for stat_dir in Path("/proc").glob("[0-9]*"):
-        try:
-            name = (stat_dir / "comm").read_text().strip()
-        except OSError:
-            continue
-        pid = int(stat_dir.name)
-        if name in SLURM_DAEMONS and pid not in ours and (_proc_stat(pid) or ("Z",))[0] != "Z":
-            found.append(pid)
+    for proc_dir in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):
+            pid = int(proc_dir.name)
+            is_slurm = (proc_dir / "comm").read_text().strip() in SLURM_DAEMONS
+            if is_slurm and pid not in ours and (_proc_stat(pid) or ("Z",))[0] != "Z":
+                found.append(pid)
     return found
 
 
@@ -208,9 +197,9 @@ def _teardown(state: dict) -> None:
     for path, backup in state.get("files", {}).items():
         if backup is None:
             Path(path).unlink(missing_ok=True)
-        else:
+        elif Path(backup).exists():
             shutil.copy2(backup, path)
-            Path(backup).unlink(missing_ok=True)
+            Path(backup).unlink()
     added = set(state.get("hosts", []))
     if added and HOSTS_FILE.exists():
         kept = [line for line in HOSTS_FILE.read_text().splitlines() if line not in added]
@@ -230,17 +219,15 @@ def stop_leftovers() -> None:
 
 
 def _free_ports(count: int) -> list[int]:
+    """The first `count` ports from FIRST_PORT up that can be bound now."""
     ports: list[int] = []
-    port = FIRST_PORT
-    while len(ports) < count:
-        with socket.socket() as sock:
-            try:
-                sock.bind(("0.0.0.0", port))
-                ports.append(port)
-            except OSError:
-                pass
-        port += 1
-    return ports
+    for port in range(FIRST_PORT, 65536):
+        with socket.socket() as sock, contextlib.suppress(OSError):
+            sock.bind(("0.0.0.0", port))
+            ports.append(port)
+        if len(ports) == count:
+            return ports
+    raise RuntimeError(f"no {count} free ports above {FIRST_PORT}")
 
 
 def _port_open(port: int) -> bool:
@@ -253,9 +240,7 @@ def _port_open(port: int) -> bool:
 
 def _munge_works() -> bool:
     try:
-        credential = _run(["munge", "-n"], 10).stdout
-        _run(["unmunge"], 10, input=credential)
-        return True
+        return _succeeds(["unmunge"], input=_run(["munge", "-n"], 10).stdout)
     except RuntimeError:
         return False
 
@@ -264,15 +249,6 @@ def _first_job_id() -> int:
     """Tenths of a second, so job ids never repeat across clusters (reused submitit folders stay valid)."""
     return 1 + int(time.time() * 10) % 60_000_000  # below SLURM's MaxJobId (67,043,328)
 
-
-def _real_memory_mb(node_count: int) -> int:
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemTotal:"):
-            return int(line.split()[1]) // 1024 // node_count
-    return 1024
-
-
-# ---------------------------------------------------------------- the cluster
 
 class SlurmCluster:
     """Partition `debug` over nodes n1, n2 on this machine, with accounting (sacct) through slurmdbd."""
@@ -349,8 +325,7 @@ class SlurmCluster:
         self._wait_idle()
 
     def _spawn(self, name: str, cmd: list[str], **popen_kwargs) -> None:
-        log = open(self.workdir / "log" / f"{name}.out", "ab")
-        with log:
+        with open(self.workdir / "log" / f"{name}.out", "ab") as log:
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     env={**os.environ, "PATH": SEARCH_PATH, **self.env},
                                     start_new_session=True, **popen_kwargs)
@@ -402,7 +377,7 @@ class SlurmCluster:
 
     def _slurm_conf(self) -> str:
         work, host = self.workdir, socket.gethostname().split(".")[0]
-        cpus, memory_mb = len(os.sched_getaffinity(0)), _real_memory_mb(len(self.nodes))
+        cpus, memory_mb = len(os.sched_getaffinity(0)), os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2**20 // len(self.nodes)
         lines = [
             "ClusterName=workbench", f"SlurmctldHost={host}(127.0.0.1)", f"SlurmctldPort={self.ports['slurmctld']}",
             "SlurmUser=root", "SlurmdUser=root", "AuthType=auth/munge", "CredType=cred/munge",
@@ -455,7 +430,7 @@ class SlurmCluster:
         states = self._node_states()
         while any(states.get(node) != "idle" for node in self.nodes) or not self._accounting_ready():
             if time.monotonic() > deadline:
-                raise RuntimeError(f"cluster not ready after {self.start_timeout_s:.0f} s; sinfo: {states}, "
+                raise RuntimeError(f"cluster not ready after {self.start_timeout_s:g} s; sinfo: {states}, "
                                    f"accounting registered: {self._accounting_ready()}")
             time.sleep(0.5)
             states = self._node_states()

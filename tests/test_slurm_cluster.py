@@ -11,7 +11,6 @@ import cloudpickle
 import pytest
 import submitit
 
-pytest_plugins = ["tests.slurm_fixture"]  # harmless if tests/conftest.py lists it too
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
 
 # Jobs unpickle these functions by value, so they need not import this test module.

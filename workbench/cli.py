@@ -19,6 +19,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"workbench: {exc}", file=sys.stderr)
         return 2
+    except FileNotFoundError as exc:
+        print(f"workbench: {exc.filename or exc}: no such file", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
 

@@ -2,7 +2,7 @@
 
 Every field has a docstring (the string literal under it); the widgets form and ``workbench
 explain`` read them from here.  Validation collects every problem at once and each message names
-the field and the fix.  YAML is read with ``yaml.safe_load`` only: a config is data, never code.
+the field and the fix.  YAML is read with a ``yaml.SafeLoader`` only: a config is data, never code.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from workbench.configtypes import ConfigError, coerce, field_docs, unknown_key_message
+from workbench.configtypes import ConfigError, coerce, field_docs, unknown_key_message, yaml_load
 
 Backend = Literal["auto", "nccl", "gloo", "xccl", "ccl"]
 Precision = Literal["fp32", "bf16", "fp16"]
@@ -161,7 +161,7 @@ class LaunchConfig:
     """Folder under which each run gets its own folder."""
     name: str | None = None
     """Run name (empty = task name); the run folder is <run_root>/<name>-<timestamp>."""
-    time_limit: str = "01:00:00"
+    time_limit: str | int = "01:00:00"
     """Wall-time limit of the job, as [D-]HH:MM:SS or minutes."""
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
     """SLURM resources (used when executor is slurm)."""
@@ -216,7 +216,7 @@ class JobConfig:
 
         text = Path(source).read_text() if _looks_like_path(source) else str(source)
         try:
-            data = yaml.safe_load(text)
+            data = yaml_load(text)
         except yaml.YAMLError as exc:
             raise ConfigError([f"YAML: cannot parse ({exc}); fix the syntax"]) from None
         if data is not None and not isinstance(data, dict):

@@ -35,12 +35,11 @@ def steps_per_epoch(dataset_size: int, micro_batch_size: int, grad_accum_steps: 
                     drop_last: bool = True) -> int:
     """Optimizer steps per epoch, as the engine counts them.
 
-    DistributedSampler gives each rank ceil(n / world) samples (padded) or floor with drop_last;
-    the engine steps over full micro-batches only (a trailing partial micro-batch is never used,
-    whatever drop_last says); every grad_accum_steps micro-batches make a step (a trailing partial
-    accumulation is not stepped)."""
+    DistributedSampler gives each rank floor(n / world) samples with drop_last, else ceil (padded);
+    the DataLoader makes micro-batches of them (the last one smaller unless drop_last); every
+    grad_accum_steps micro-batches make a step (a trailing partial accumulation is not stepped)."""
     per_rank = dataset_size // world_size if drop_last else math.ceil(dataset_size / world_size)
-    micro_batches = per_rank // micro_batch_size
+    micro_batches = per_rank // micro_batch_size if drop_last else math.ceil(per_rank / micro_batch_size)
     return micro_batches // grad_accum_steps
 
 

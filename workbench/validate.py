@@ -15,7 +15,7 @@ _MEM = re.compile(r"^\d+(\.\d+)?[KMGT]?B?$", re.IGNORECASE)
 def parse_time_limit(text: str) -> int:
     """Minutes in a SLURM-style time limit: "90", "1:30:00", "2-00:00:00", "45:00" (MM:SS)."""
     text = str(text).strip()
-    if text.isdigit():
+    if text.isdigit() and int(text) > 0:
         return int(text)
     match = _TIME.match(text)
     if not match:

@@ -43,7 +43,7 @@ class Trainer:
                                    t.seed, device)
         self.val_loader = (eval_loader(task.val_dataset, cfg.data, t.micro_batch_size, env.rank, env.world_size,
                                        device) if task.val_dataset is not None else None)
-        self.steps_per_epoch = self.loader.sampler.num_samples // t.micro_batch_size // self.accum
+        self.steps_per_epoch = len(self.loader) // self.accum  # micro-batches per epoch / accum
         if self.steps_per_epoch < 1:
             raise ValueError(_too_small_message(cfg, env.world_size, len(task.train_dataset)))
         self.total_steps = min(t.max_steps or 10**12, t.epochs * self.steps_per_epoch)

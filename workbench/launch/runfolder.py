@@ -32,6 +32,14 @@ def prepare_run_dir(run_dir: str | Path, cfg: JobConfig, executor: str, **facts:
     return run
 
 
+def record_job(run: RunDir, job: Any) -> None:
+    """Note the scheduler's job id in run.json, so Run.load can reattach to the job later."""
+    meta = read_json(run.meta, {}) or {}
+    meta["job_id"] = str(job.job_id)
+    meta.setdefault("job_ids", []).append(str(job.job_id))
+    write_json_atomic(run.meta, meta)
+
+
 def _safe(name: str) -> str:
     keep = "".join(c if c.isalnum() or c in "-_" else "-" for c in name.split(":")[-1].strip("<>"))
     return keep.strip("-")[:40] or "run"

@@ -9,7 +9,7 @@ from workbench.config import JobConfig
 from workbench.engine.tasks import factory_label
 from workbench.launch.executors import make_executor
 from workbench.launch.run import Run
-from workbench.launch.runfolder import default_run_dir, prepare_run_dir
+from workbench.launch.runfolder import default_run_dir, prepare_run_dir, record_job
 from workbench.launch.worker import RankEntry
 
 
@@ -26,5 +26,5 @@ def submit(cfg: JobConfig, task: Callable[..., Any] | None = None, run_dir: str 
     executor, task_env = make_executor(cfg, run)
     entry = RankEntry(cfg.to_dict(), str(run.root), task_env, task)
     job = executor.submit(entry)
-    prepare_run_dir(run.root, cfg, cfg.launch.executor, job_id=str(job.job_id))
+    record_job(run, job)
     return Run(run.root, job)

@@ -1,0 +1,101 @@
+"""Script mode: launch an existing torchrun-style script with the same environment and run folder.
+
+The script runs in each rank's process (runpy), with RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and
+MASTER_PORT set as torchrun would, so its own ``init_process_group()`` works unchanged.  One line
+streams its metrics into the run's per-rank files:
+
+    import workbench
+    workbench.log(step=step, loss=loss.item(), lr=lr)
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from workbench.config import JobConfig
+from workbench.rundir import RunDir, write_json_atomic
+
+RUN_DIR_ENV = "WORKBENCH_RUN_DIR"
+_writer: Any = None
+_monitor: Any = None  # this rank's RankMonitor when running under run_script_rank
+
+
+def log(step: int, **metrics: Any) -> None:
+    """Append one record (rank, step, time, your metrics) to this rank's metrics file.
+
+    Does nothing when the script was not started by workbench (no WORKBENCH_RUN_DIR)."""
+    global _writer
+    run_dir = os.environ.get(RUN_DIR_ENV)
+    if not run_dir:
+        return
+    rank = int(os.environ.get("RANK", "0"))
+    if _writer is None or _writer.path != RunDir(run_dir).metrics(rank):
+        from workbench.stream import JsonlWriter
+
+        _writer = JsonlWriter(RunDir(run_dir).metrics(rank))
+    values = {k: (v.item() if hasattr(v, "item") else v) for k, v in metrics.items()}
+    _writer.write({"rank": rank, "step": int(step), "time": time.time(), **values})
+    if _monitor is not None:
+        _monitor.step = int(step)  # the heartbeat thread reports it
+
+
+def run_script_rank(script: str, args: list[str], run_dir: str, rank: int, attempt: int = 0) -> int:
+    """Run `script` as this rank with sys.argv = [script, *args]; errors land in the run folder."""
+    global _monitor
+    from workbench.engine.monitor import RankMonitor
+
+    run = RunDir(run_dir)
+    monitor = _monitor = RankMonitor(run, rank, int(os.environ["WORLD_SIZE"]), attempt).start()
+    os.environ[RUN_DIR_ENV] = run_dir
+    monitor.set_state("running")
+    monitor.event("start", script=script, args=args)
+    saved_argv = sys.argv
+    sys.argv = [script, *args]
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            monitor.fail(exc)
+            monitor.close()
+            raise RuntimeError(f"{script} exited with status {exc.code}") from None
+    except KeyboardInterrupt:
+        monitor.close("interrupted")
+        raise
+    except BaseException as exc:
+        monitor.fail(exc)
+        monitor.close()
+        raise
+    finally:
+        sys.argv = saved_argv
+    monitor.event("end", stop_reason="script returned")
+    monitor.close("finished")
+    if rank == 0:
+        write_json_atomic(run.summary, {"status": "finished", "script": script, "steps": monitor.step})
+    return 0
+
+
+def submit_script(script: str | Path, args: list[str] | None = None, cfg: JobConfig | None = None,
+                  nproc: int | None = None, run_dir: str | Path | None = None) -> Any:
+    """Launch a torchrun-style script on cfg's executor (local or SLURM), one process per rank."""
+    from workbench.launch.executors import make_executor
+    from workbench.launch.run import Run
+    from workbench.launch.runfolder import default_run_dir, prepare_run_dir, record_job
+    from workbench.launch.worker import ScriptEntry
+
+    script = str(Path(script).resolve())
+    if not Path(script).is_file():
+        raise FileNotFoundError(f"script {script} does not exist")
+    cfg = cfg or JobConfig()
+    cfg = cfg.replace(task__name=f"<script {Path(script).name}>", **({"dist__procs_per_node": nproc} if nproc else {}))
+    cfg.check()
+    run = prepare_run_dir(run_dir or default_run_dir(cfg.replace(launch__name=cfg.launch.name or Path(script).stem)),
+                          cfg, cfg.launch.executor, script=script, args=list(args or []))
+    executor, task_env = make_executor(cfg, run)
+    job = executor.submit(ScriptEntry(script, list(args or []), str(run.root), task_env))
+    record_job(run, job)
+    return Run(run.root, job)
