@@ -13,7 +13,10 @@ from workbench.configtypes import ConfigError
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    cut = argv.index("--") if "--" in argv else len(argv)  # what follows "--" belongs to a script
+    args = _parser().parse_args(argv[:cut])
+    args.script_args = argv[cut + 1:]
     try:
         return int(args.func(args) or 0)
     except ConfigError as exc:
@@ -51,6 +54,23 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("run_dir")
     show.set_defaults(func=cmd_show)
 
+    export = sub.add_parser("export", help="print an equivalent sbatch script or torchrun command")
+    _config_args(export)
+    kind = export.add_mutually_exclusive_group(required=True)
+    kind.add_argument("--sbatch", action="store_true", help="an sbatch script (one torchrun per node)")
+    kind.add_argument("--torchrun", action="store_true", help="a torchrun command")
+    export.set_defaults(func=cmd_export)
+
+    launch = sub.add_parser("launch", help="launch an existing torchrun-style script: workbench launch train.py [--nproc N] -- ARGS")
+    launch.add_argument("script")
+    launch.add_argument("--config", help="YAML config for dist and launch settings")
+    launch.add_argument("--nproc", type=int, help="ranks per node")
+    launch.add_argument("--nodes", type=int, help="nodes (SLURM)")
+    launch.add_argument("--executor", choices=["local", "slurm"])
+    launch.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE")
+    launch.add_argument("--quiet", action="store_true")
+    launch.set_defaults(func=cmd_launch)
+
     check = sub.add_parser("check", help="validate a config and print every problem")
     _config_args(check)
     check.set_defaults(func=cmd_check)
@@ -64,7 +84,7 @@ def _config_args(parser: argparse.ArgumentParser) -> None:
 
 
 def load_config(args: argparse.Namespace) -> JobConfig:
-    cfg = JobConfig.from_yaml(Path(args.config)).with_overrides(args.set)
+    cfg = (JobConfig.from_yaml(Path(args.config)) if args.config else JobConfig()).with_overrides(args.set)
     extra = {"dist.procs_per_node": getattr(args, "nproc", None), "dist.nodes": getattr(args, "nodes", None),
              "launch.executor": getattr(args, "executor", None)}
     sets = [f"{k}={v}" for k, v in extra.items() if v is not None]
@@ -73,12 +93,22 @@ def load_config(args: argparse.Namespace) -> JobConfig:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from workbench.launch.submit import submit
+
+    return follow(submit(load_config(args), run_dir=args.run_dir), args.quiet)
+
+
+def cmd_launch(args: argparse.Namespace) -> int:
+    from workbench.launch.script import submit_script
+
+    return follow(submit_script(args.script, args.script_args, load_config(args)), args.quiet)
+
+
+def follow(run: Any, quiet: bool = False) -> int:
+    """Stream a run's progress to the terminal; per-rank table and plot at the end; 1 if it failed."""
     from workbench.plots import save_run_plot
 
-    cfg = load_config(args)
-    run = submit(cfg, run_dir=args.run_dir)
     print(f"[workbench] run folder: {run.folder}", flush=True)
-    printer = ProgressPrinter(quiet=args.quiet)
+    printer = ProgressPrinter(quiet=quiet)
     status = run.wait(on_poll=printer)
     printer(run)
     frame = run.metrics()
@@ -96,32 +126,45 @@ def cmd_run(args: argparse.Namespace) -> int:
 class ProgressPrinter:
     """Prints new metric records as they stream in, at most one line per rank per second."""
 
+    HIDDEN = {"rank", "step", "time", "epoch", "attempt", "data_time_s"}
+
     def __init__(self, quiet: bool = False, every_s: float = 1.0):
         self.quiet, self.every_s = quiet, every_s
         self.last: dict[int, float] = {}
 
     def __call__(self, run: Any) -> None:
-        for rec in run._metrics.poll():
+        for rec in run.poll_metrics():
             now = time.monotonic()
             if self.quiet or now - self.last.get(rec["rank"], 0) < self.every_s:
                 continue
             self.last[rec["rank"]] = now
-            print(f"  rank {rec['rank']} step {rec['step']:>6} loss {rec['loss']:.4f} "
-                  f"(reduced {rec['loss_reduced']:.4f}) lr {rec['lr']:.2e} "
-                  f"{rec['samples_per_s']:.0f} samples/s {rec['mem_mb']:.0f} MiB", flush=True)
+            fields = " ".join(f"{k} {_fmt(v)}" for k, v in rec.items() if k not in self.HIDDEN)
+            print(f"  rank {rec['rank']} step {rec['step']:>6} {fields}", flush=True)
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def per_rank_table(frame: Any) -> Any:
-    """Final loss, mean step time, throughput and peak memory per rank."""
-    return frame.groupby("rank").agg(steps=("step", "max"), final_loss=("loss", "last"),
-                                     step_time_s=("step_time_s", "mean"), samples_per_s=("samples_per_s", "mean"),
-                                     mem_mb=("mem_mb", "max"))
+    """Last step, final loss, mean step time and throughput, peak memory per rank (those logged)."""
+    wanted = {"step": ("step", "max"), "final_loss": ("loss", "last"), "step_time_s": ("step_time_s", "mean"),
+              "samples_per_s": ("samples_per_s", "mean"), "mem_mb": ("mem_mb", "max")}
+    return frame.groupby("rank").agg(**{k: v for k, v in wanted.items() if v[0] in frame})
 
 
 def _print_failure(run: Any) -> None:
     failure = run.exception()
     if failure is not None:
         print(f"[workbench] {failure}\n{failure.traceback}", file=sys.stderr)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from workbench.launch.export import sbatch_script, torchrun_command
+
+    cfg = load_config(args)
+    print(sbatch_script(cfg, args.config) if args.sbatch else torchrun_command(cfg, args.config))
+    return 0
 
 
 def cmd_table(args: argparse.Namespace) -> int:

@@ -125,6 +125,10 @@ class Run:
             self.job.cancel()
 
     # --- results ---------------------------------------------------------------------------------
+    def poll_metrics(self) -> list[dict[str, Any]]:
+        """Metric records written since the last poll (also kept for metrics())."""
+        return self._metrics.poll()
+
     def metrics(self) -> pd.DataFrame:
         """Every logged step of every rank (rank, step, loss, loss_reduced, lr, step_time_s, ...).
 

@@ -74,10 +74,10 @@ def rank_statuses(run: RunDir, world_size: int, job_done: bool, now: float | Non
 def overall_state(run: RunDir, ranks: list[RankStatus], job_done: bool, cancelled: bool) -> str:
     if cancelled and job_done:
         return "cancelled"
-    if read_json(run.summary):
-        return "finished"
     if run.ranks_with("errors") or any(r.state in ("failed", "lost") for r in ranks):
         return "failed"
+    if read_json(run.summary):
+        return "finished"
     if job_done:
         return "finished" if ranks and all(r.state == "finished" for r in ranks) else "failed"
     if any(r.state not in ("pending",) for r in ranks):
