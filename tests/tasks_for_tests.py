@@ -28,3 +28,17 @@ def failing_at(step_calls: int, rank: int = 1, how: str = "raise", **options) ->
 
     task.loss_fn = loss_fn
     return task
+
+
+def slow(delay_s: float, **options) -> Task:
+    """The synthetic task with each training micro-step slowed down by `delay_s`."""
+    task = synthetic_classification(**options)
+    base = task.loss_fn
+
+    def loss_fn(output, target):
+        if task.model.training:
+            time.sleep(delay_s)
+        return base(output, target)
+
+    task.loss_fn = loss_fn
+    return task

@@ -155,3 +155,30 @@ def test_cli_run_prints_per_rank_results_and_fails_on_bad_config(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "workbench.cli", "run", str(path), "--set", "train.lr=-1"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "train.lr" in bad.stderr
+
+
+def test_preemption_signal_checkpoints_requeues_and_resumes_with_continuous_steps(tmp_path):
+    import signal
+
+    from tests.tasks_for_tests import slow
+    from workbench.rundir import read_json
+
+    cfg = _cfg(tmp_path, max_steps=60, checkpoint_every_steps=1000)
+    run = workbench.submit(cfg, task=functools.partial(slow, 0.05, n_train=2048, n_val=256, dropout=0.1))
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and (not len(run.metrics()) or run.metrics()["step"].max() < 10):
+        time.sleep(0.1)
+    pids = [read_json(run.dir.status(r))["pid"] for r in (0, 1)]
+    for pid in pids:
+        os.kill(pid, signal.SIGUSR2)  # what SLURM / submitit send before a time limit
+    status = run.wait(timeout=150)
+    assert status.state == "finished", run.exception()
+    events = run.events()
+    preempted = events[events["event"] == "preempted"]
+    assert sorted(preempted["rank"]) == [0, 1] and preempted["step"].nunique() == 1
+    resumed = events[events["event"] == "resume"]
+    assert len(resumed) == 2 and (resumed["attempt"] >= 0).all()
+    frame = run.metrics()
+    assert frame.groupby("rank")["step"].apply(list).tolist() == [list(range(1, 61))] * 2
+    raw = [line for line in (run.folder / "metrics" / "rank0.jsonl").read_text().splitlines()]
+    assert len(raw) == 60, "nothing past the preemption checkpoint is trained twice"

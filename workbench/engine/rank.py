@@ -10,6 +10,7 @@ from typing import Any, Callable
 from workbench.config import JobConfig
 from workbench.engine.env import DistEnv, pick_device_and_backend
 from workbench.engine.monitor import RankMonitor
+from workbench.engine.preempt import PreemptionFlag
 from workbench.engine.tasks import build_task, resolve_factory
 from workbench.rundir import RunDir, write_json_atomic
 
@@ -20,17 +21,23 @@ def run_rank(cfg: JobConfig, run_dir: str, factory: Callable[..., Any] | None = 
     import torch
     import torch.distributed as dist
 
+    preempt = PreemptionFlag().install()  # first: a signal during start-up must not be lost
     env = DistEnv.from_environ()
     run = RunDir(run_dir)
     _set_threads(torch, env.local_world_size)
     monitor = RankMonitor(run, env.rank, env.world_size, attempt).start()
+    preempted: Any = None
     try:
         device, backend = pick_device_and_backend(env.local_rank, cfg.dist.backend)
         if device.startswith("cuda"):
             torch.cuda.set_device(device)
         dist.init_process_group(backend, rank=env.rank, world_size=env.world_size,
                                 timeout=timedelta(seconds=cfg.dist.timeout_s))
-        summary = _train(cfg, env, device, run, monitor, factory)
+        summary = _train(cfg, env, device, run, monitor, factory, preempt)
+        if summary["stop_reason"] == "preempted":
+            monitor.close("requeued")
+            preempted = preempt
+            return summary
         monitor.close("finished")
         if env.is_main:
             write_json_atomic(run.summary, {**summary, "status": "finished", "world_size": env.world_size})
@@ -46,10 +53,12 @@ def run_rank(cfg: JobConfig, run_dir: str, factory: Callable[..., Any] | None = 
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+        if preempted is not None:
+            preempted.hand_over()  # rank 0: submitit requeues the job, then exits
 
 
 def _train(cfg: JobConfig, env: DistEnv, device: str, run: RunDir, monitor: RankMonitor,
-           factory: Callable[..., Any] | None) -> dict[str, Any]:
+           factory: Callable[..., Any] | None, preempt: PreemptionFlag) -> dict[str, Any]:
     import torch
 
     from workbench.engine.trainer import Trainer
@@ -57,7 +66,7 @@ def _train(cfg: JobConfig, env: DistEnv, device: str, run: RunDir, monitor: Rank
     # Same seed on every rank while building: identical datasets and initial weights.
     _seed(torch, cfg.train.seed)
     task = build_task(factory or resolve_factory(cfg.task.name), cfg.task.options)
-    trainer = Trainer(cfg, task, env, device, run, monitor)
+    trainer = Trainer(cfg, task, env, device, run, monitor, preempt)
     _seed(torch, cfg.train.seed + env.rank)  # then per rank (dropout, augmentation)
     trainer.resume()
     monitor.set_state("running")

@@ -24,13 +24,15 @@ from workbench.engine.data import eval_loader, start_epoch, to_device, train_loa
 from workbench.engine.env import DistEnv
 from workbench.engine.monitor import RankMonitor
 from workbench.engine.optim import build_optimizer, build_scheduler
+from workbench.engine.preempt import PreemptionFlag
 from workbench.engine.tasks import Task
 from workbench.rundir import RunDir
 from workbench.scaling import describe_change, scaled
 
 
 class Trainer:
-    def __init__(self, cfg: JobConfig, task: Task, env: DistEnv, device: str, run: RunDir, monitor: RankMonitor):
+    def __init__(self, cfg: JobConfig, task: Task, env: DistEnv, device: str, run: RunDir, monitor: RankMonitor,
+                 preempt: PreemptionFlag | None = None):
         self.cfg, self.task, self.env, self.device, self.run, self.monitor = cfg, task, env, device, run, monitor
         t = cfg.train
         self.accum = t.grad_accum_steps
@@ -59,6 +61,7 @@ class Trainer:
         self.bad_evals = 0
         self.stop_reason = ""
         self.last_eval: dict[str, float] = {}
+        self.preempt = preempt or PreemptionFlag()
 
     # --- the loop --------------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
@@ -105,19 +108,27 @@ class Trainer:
             self.log_step(loss_sum, lr, time.perf_counter() - t0, data_time)
 
     def log_step(self, loss_sum: torch.Tensor, lr: float, step_time: float, data_time: float) -> None:
-        # One scalar all-reduce per logged step; .item() is a host sync point on GPU.
-        reduced = loss_sum.detach().clone()
+        # One small all-reduce per logged step: the loss, and whether any rank was told to stop
+        # (preemption).  .item() is a host sync point on GPU.
+        reduced = torch.stack([loss_sum.detach().float(), torch.tensor(float(self.preempt.requested),
+                                                                        device=self.device)])
         dist.all_reduce(reduced)
+        if reduced[1].item() > 0:
+            self.stop_reason = "preempted"
         samples = self.cfg.train.micro_batch_size * self.accum
         self.monitor.metrics.write({
             "rank": self.env.rank, "step": self.step, "epoch": self.epoch, "time": time.time(),
-            "loss": loss_sum.item(), "loss_reduced": reduced.item() / self.env.world_size, "lr": lr,
+            "loss": loss_sum.item(), "loss_reduced": reduced[0].item() / self.env.world_size, "lr": lr,
             "step_time_s": step_time, "data_time_s": data_time, "samples_per_s": samples / step_time,
             "mem_mb": self._memory_mb(), "attempt": self.monitor.attempt,
         })
 
     def after_step(self) -> None:
         t = self.cfg.train
+        if self.stop_reason == "preempted":
+            self.save()
+            self.monitor.event("preempted", epoch=self.epoch)
+            return
         if t.eval_every_steps and self.step % t.eval_every_steps == 0:
             self.evaluate()
         if t.checkpoint_every_steps and self.step % t.checkpoint_every_steps == 0:

@@ -85,6 +85,7 @@ def submit_script(script: str | Path, args: list[str] | None = None, cfg: JobCon
     from workbench.launch.executors import make_executor
     from workbench.launch.run import Run
     from workbench.launch.runfolder import default_run_dir, prepare_run_dir, record_job
+    from workbench.launch.submit import check_before_submit
     from workbench.launch.worker import ScriptEntry
 
     script = str(Path(script).resolve())
@@ -92,7 +93,7 @@ def submit_script(script: str | Path, args: list[str] | None = None, cfg: JobCon
         raise FileNotFoundError(f"script {script} does not exist")
     cfg = cfg or JobConfig()
     cfg = cfg.replace(task__name=f"<script {Path(script).name}>", **({"dist__procs_per_node": nproc} if nproc else {}))
-    cfg.check()
+    check_before_submit(cfg)
     run = prepare_run_dir(run_dir or default_run_dir(cfg.replace(launch__name=cfg.launch.name or Path(script).stem)),
                           cfg, cfg.launch.executor, script=script, args=list(args or []))
     executor, task_env = make_executor(cfg, run)

@@ -6,11 +6,23 @@ from pathlib import Path
 from typing import Any, Callable
 
 from workbench.config import JobConfig
+from workbench.configtypes import ConfigError
 from workbench.engine.tasks import factory_label
 from workbench.launch.executors import make_executor
 from workbench.launch.run import Run
 from workbench.launch.runfolder import default_run_dir, prepare_run_dir, record_job
 from workbench.launch.worker import RankEntry
+
+
+def check_before_submit(cfg: JobConfig) -> None:
+    """Config problems plus, for SLURM, what the cluster says: all raised together as ConfigError."""
+    problems = cfg.problems()
+    if cfg.launch.executor == "slurm":
+        from workbench.launch.slurm_checks import slurm_problems
+
+        problems += slurm_problems(cfg)
+    if problems:
+        raise ConfigError(problems)
 
 
 def submit(cfg: JobConfig, task: Callable[..., Any] | None = None, run_dir: str | Path | None = None) -> Run:
@@ -21,7 +33,7 @@ def submit(cfg: JobConfig, task: Callable[..., Any] | None = None, run_dir: str 
     earlier run continues it from its latest checkpoint."""
     if task is not None:
         cfg = cfg.replace(task__name=factory_label(task))
-    cfg.check()
+    check_before_submit(cfg)
     run = prepare_run_dir(run_dir or default_run_dir(cfg), cfg, cfg.launch.executor)
     executor, task_env = make_executor(cfg, run)
     entry = RankEntry(cfg.to_dict(), str(run.root), task_env, task)

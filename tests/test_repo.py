@@ -1,0 +1,27 @@
+"""The repository keeps its promises: CI runs the README's test command; import stays light."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    commands = re.findall(r"^(pip install .*pytest.*)$", readme, flags=re.M)
+    assert commands, "README must state the test command"
+    assert commands[0] in (ROOT / ".ci" / "run").read_text()
+
+
+def test_import_workbench_is_light():
+    code = ("import sys, workbench; heavy = [m for m in ('torch', 'submitit', 'ipywidgets', 'matplotlib') "
+            "if m in sys.modules]; print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -1,0 +1,93 @@
+"""The workbench on a real SLURM cluster (slurmctld + two slurmd nodes on this machine)."""
+
+from __future__ import annotations
+
+import functools
+import time
+from pathlib import Path
+
+import pytest
+
+import workbench
+from tests.tasks_for_tests import failing_at, slow
+from workbench.config import JobConfig
+from workbench.configtypes import ConfigError
+
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(400)]
+
+
+def _cfg(tmp_path: Path, cluster, nodes: int = 1, procs: int = 2, **train) -> JobConfig:
+    return JobConfig.from_dict({
+        "task": {"name": "synthetic", "options": {"n_train": 1024, "n_val": 128}},
+        "train": {"micro_batch_size": 16, "epochs": 50, "max_steps": 20, "checkpoint_every_steps": 10, **train},
+        "dist": {"nodes": nodes, "procs_per_node": procs, "timeout_s": 60},
+        "launch": {"executor": "slurm", "run_root": str(tmp_path / "runs"), "time_limit": "5",
+                   "slurm": {"partition": cluster.partition, "cpus_per_task": 1}},
+    })
+
+
+@pytest.mark.parametrize("nodes, procs", [(1, 2), (2, 1), (2, 2)])
+def test_ddp_run_on_slurm_writes_metrics_for_every_rank(slurm_cluster, tmp_path, nodes, procs):
+    run = workbench.submit(_cfg(tmp_path, slurm_cluster, nodes, procs))
+    status = run.wait(timeout=240)
+    assert status.state == "finished", (run.exception(), run.logs(0))
+    frame = run.metrics()
+    world = nodes * procs
+    assert sorted(frame["rank"].unique()) == list(range(world))
+    assert (frame.groupby("rank")["step"].max() == 20).all()
+    hosts = {r.host for r in status.ranks}
+    assert len(hosts) >= 1 and all(hosts)
+    reattached = workbench.Run.load(run.folder)
+    assert reattached.status().state == "finished"
+    assert len(reattached.metrics()) == len(frame)
+
+
+def test_failing_rank_on_slurm_is_named_with_its_traceback(slurm_cluster, tmp_path):
+    cfg = _cfg(tmp_path, slurm_cluster, 2, 1, max_steps=100000, checkpoint_every_steps=None)
+    run = workbench.submit(cfg, task=functools.partial(failing_at, 10, rank=1, n_train=1024, n_val=128))
+    started = time.monotonic()
+    assert run.wait(timeout=200).state == "failed"
+    assert time.monotonic() - started < 120
+    failure = run.exception()
+    assert failure.rank == 1 and "injected failure on rank 1" in failure.traceback
+
+
+def test_cancel_and_reattach_on_slurm(slurm_cluster, tmp_path):
+    cfg = _cfg(tmp_path, slurm_cluster, 1, 2, max_steps=100000, checkpoint_every_steps=None)
+    run = workbench.submit(cfg, task=functools.partial(slow, 0.05, n_train=1024, n_val=128))
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and run.status().step < 3:
+        time.sleep(0.5)
+    reattached = workbench.Run.load(run.folder)  # as after a kernel restart: the job keeps running
+    assert reattached.status().state == "running"
+    reattached.cancel()
+    assert reattached.wait(timeout=120).state == "cancelled"
+    assert run.job.state.startswith("CANCELLED")
+
+
+def test_preemption_signal_checkpoints_requeues_and_resumes(slurm_cluster, tmp_path):
+    """SLURM's preemption / time-limit warning is SIGUSR2 to the job's tasks; sent here with scancel."""
+    import subprocess
+
+    cfg = _cfg(tmp_path, slurm_cluster, 1, 2, max_steps=60, checkpoint_every_steps=1000)
+    run = workbench.submit(cfg, task=functools.partial(slow, 0.05, n_train=4096, n_val=128))
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and run.status().step < 10:
+        time.sleep(0.2)
+    subprocess.run(["scancel", "--signal=USR2", str(run.job.job_id)], check=True, timeout=30)
+    status = run.wait(timeout=280)
+    assert status.state == "finished", (run.exception(), run.logs(0))
+    events = run.events()
+    assert set(events[events["event"] == "preempted"]["rank"]) == {0, 1}
+    assert "resume" in set(events["event"])
+    frame = run.metrics()
+    assert frame.groupby("rank")["step"].apply(list).tolist() == [list(range(1, 61))] * 2
+    assert frame["attempt"].max() == 1
+    assert len((run.folder / "metrics" / "rank0.jsonl").read_text().splitlines()) == 60
+
+
+def test_bad_partition_fails_before_submission(slurm_cluster, tmp_path):
+    cfg = _cfg(tmp_path, slurm_cluster).replace(launch__slurm={"partition": "nosuch"})
+    with pytest.raises(ConfigError, match="launch.slurm.partition.*nosuch.*debug"):
+        workbench.submit(cfg)
+    assert not (tmp_path / "runs").exists()

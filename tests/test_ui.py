@@ -1,0 +1,338 @@
+"""workbench.ui: the config form, the scaling view, the dashboard (on real 2-rank runs), the app,
+and the import rules (``import workbench`` never loads ipywidgets; without it, workbench.ui says
+how to install it and plotting still works)."""
+
+from __future__ import annotations
+
+import functools
+import html
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import ipywidgets as w
+import pandas as pd
+import pytest
+
+import workbench
+from tests.tasks_for_tests import failing_at
+from workbench.config import JobConfig
+from workbench.configtypes import ConfigError
+from workbench.launch.status import RankStatus, RunStatus
+from workbench.ui import ConfigForm, Dashboard, ScalingView, Workbench
+from workbench.ui.state import dashboard_state, format_eta
+
+REPO = Path(__file__).resolve().parents[1]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def tiny_cfg(tmp_path: Path, **train) -> JobConfig:
+    return JobConfig.from_dict({
+        "task": {"options": {"n_train": 512, "n_val": 64}},
+        "train": {"micro_batch_size": 16, "max_steps": 20, **train},
+        "dist": {"procs_per_node": 2},
+        "launch": {"run_root": str(tmp_path)},
+    })
+
+
+def leaf_paths() -> set[str]:
+    docs = JobConfig.docs()
+    return {p for p in docs if not any(other.startswith(p + ".") for other in docs)}
+
+
+# --- ConfigForm ------------------------------------------------------------------------------------
+@pytest.mark.timeout(60)
+def test_form_has_a_widget_with_its_doc_for_every_field_grouped_by_section():
+    form = ConfigForm()
+    docs = JobConfig.docs()
+    assert set(form.rows) == leaf_paths()
+    for path, row in form.rows.items():
+        assert row.widget.tooltip == docs[path] and docs[path], path
+    assert set(form.accordion.titles) >= {"task", "train", "train.early_stopping", "launch", "launch.slurm"}
+    kinds = {"train.optimizer": w.Dropdown, "data.pin_memory": w.Checkbox, "train.micro_batch_size": w.IntText,
+             "train.lr": w.Text, "train.max_steps": w.Text, "train.optimizer_kwargs": w.Text,
+             "launch.slurm.setup": w.Text}
+    for path, kind in kinds.items():
+        assert type(form.widget_for(path)) is kind, path
+    assert form.config == JobConfig()
+    assert form.problems == [] and "valid" in form.problems_html.value
+
+
+@pytest.mark.timeout(60)
+def test_field_kinds_and_conversions_follow_the_annotations():
+    from typing import Any, Literal, Optional
+
+    from workbench.ui.fields import field_spec, from_widget, to_widget
+
+    choice = field_spec("a.mode", Optional[Literal["x", "y"]])
+    assert (choice.kind, choice.optional) == ("choice", True)
+    assert to_widget(choice, None) == "" and from_widget(choice, "") == (None, None)
+    count = field_spec("a.count", Optional[int])
+    assert count.kind == "yaml" and from_widget(count, "") == (None, None) and from_widget(count, "7") == (7, None)
+    mapping = field_spec("a.opts", dict[str, Any])
+    assert to_widget(mapping, {"b": [1, 2]}) == '{"b": [1, 2]}' and from_widget(mapping, "") == ({}, None)
+    value, problem = from_widget(mapping, "{b: [1, 2}")
+    assert value is None and problem.startswith("a.opts: not valid YAML or JSON")
+    assert to_widget(field_spec("a.lr", float), 5e-5) == "5e-05"  # not rounded
+    assert from_widget(field_spec("a.limit", str | int), "1:30:00") == ("1:30:00", None)
+
+
+@pytest.mark.timeout(60)
+def test_editing_widgets_changes_the_config_and_tells_observers():
+    form = ConfigForm()
+    seen = []
+    form.observe(seen.append)
+    edits = {"train.lr": "5e-5", "train.micro_batch_size": 8, "train.optimizer": "sgd", "train.max_steps": "100",
+             "train.optimizer_kwargs": "{momentum: 0.9}", "data.pin_memory": True,
+             "launch.time_limit": "1:30:00", "launch.slurm.setup": '["module load cuda"]'}
+    for path, value in edits.items():
+        form.widget_for(path).value = value
+    cfg = form.config
+    assert cfg.train.lr == 5e-5 and cfg.train.micro_batch_size == 8 and cfg.train.optimizer == "sgd"
+    assert cfg.train.max_steps == 100 and cfg.train.optimizer_kwargs == {"momentum": 0.9}
+    assert cfg.data.pin_memory is True and cfg.launch.time_limit == "1:30:00"
+    assert cfg.launch.slurm.setup == ["module load cuda"]
+    assert seen[-1] == cfg and len(seen) == len(edits)
+    form.widget_for("train.max_steps").value = ""  # empty means None
+    assert form.config.train.max_steps is None
+
+
+@pytest.mark.timeout(60)
+def test_invalid_values_show_the_python_validation_messages_and_mark_the_fields():
+    form = ConfigForm()
+    form.widget_for("train.micro_batch_size").value = 0
+    form.widget_for("train.lr").value = "-1"
+    expected = JobConfig.from_dict({"train": {"micro_batch_size": 0, "lr": -1}}).problems()
+    assert len(expected) == 2 and form.problems == expected
+    with pytest.raises(ConfigError) as err:
+        form.config
+    assert err.value.problems == expected
+    for message in expected:
+        assert html.escape(message) in form.problems_html.value
+    for path in ("train.micro_batch_size", "train.lr"):
+        assert "red" in form.widget_for(path).layout.border or "#d9534f" in form.widget_for(path).layout.border
+        assert "❌" in form.rows[path].mark.value
+    assert not form.widget_for("train.epochs").layout.border and not form.rows["train.epochs"].mark.value
+    assert any("❌" in title for title in form.accordion.titles if title.startswith("train "))
+
+    form.widget_for("train.micro_batch_size").value = 4
+    form.widget_for("train.lr").value = "abc"  # a type error: from_dict's own message
+    with pytest.raises(ConfigError) as typed:
+        JobConfig.from_dict({"train": {"lr": "abc"}})
+    assert form.problems == typed.value.problems
+    form.widget_for("train.lr").value = "0.01"
+    assert form.problems == [] and not form.widget_for("train.lr").layout.border
+
+
+@pytest.mark.timeout(60)
+def test_yaml_save_and_load_round_trip_through_the_form_and_its_buttons(tmp_path):
+    form = ConfigForm()
+    form.widget_for("train.lr").value = "3e-4"
+    form.widget_for("dist.procs_per_node").value = 4
+    form.widget_for("launch.slurm.sbatch_options").value = "{reservation: xyz}"
+    path = tmp_path / "job.yaml"
+    form.save_yaml(path)
+    assert JobConfig.from_yaml(path) == form.config
+
+    other = ConfigForm()
+    other.load_yaml(path)
+    assert other.config == form.config and other.widget_for("train.lr").value == "0.0003"
+
+    third = ConfigForm()
+    third.path_text.value = str(path)
+    third.load_button.click()
+    assert third.config == form.config and "loaded" in third.file_status.value
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train:\n  micro_batch_sise: 3\n")
+    third.path_text.value = str(bad)
+    third.load_button.click()  # shown, not raised
+    assert "micro_batch_size" in third.problems_html.value and "problems" in third.file_status.value
+    third.path_text.value = str(tmp_path / "saved.yaml")
+    third.save_button.click()
+    assert JobConfig.from_yaml(tmp_path / "saved.yaml") == form.config
+
+
+# --- ScalingView -----------------------------------------------------------------------------------
+@pytest.mark.timeout(60)
+def test_scaling_table_follows_the_form_and_highlights_the_config_world_size():
+    form = ConfigForm()
+    view = ScalingView(form)
+    assert view.frame.loc[view.frame["selected"], "world_size"].tolist() == [2]
+    before = view.frame.copy()
+    form.widget_for("dist.procs_per_node").value = 4
+    assert view.frame.loc[view.frame["selected"], "world_size"].tolist() == [4]
+    assert not view.frame.equals(before)
+    selected_row = view.table.value.split('class="wb-selected"')[1].split("</tr>")[0]
+    assert ">4</td>" in selected_row.split("<td")[1] + "</td>"
+    form.widget_for("train.micro_batch_size").value = 8
+    assert view.frame["effective_batch"].tolist() == [8, 16, 32, 64]
+
+    view.world_sizes.value = "1, 3"
+    assert view.frame["world_size"].tolist() == [1, 3, 4]  # the config's own size is always there
+    view.rule.value = "compare"
+    assert set(view.frame["rule"]) == {"none", "linear", "sqrt", "capped"} and len(view.frame) == 12
+    view.rule.value = "sqrt"
+    assert set(view.frame["rule"]) == {"sqrt"}
+    view.world_sizes.value = "1,two"
+    assert "whole numbers" in view.note.value and len(view.frame) == 3  # last good table stays
+
+
+@pytest.mark.timeout(60)
+def test_measured_throughput_is_merged_by_world_size():
+    view = ScalingView(ConfigForm())
+    assert "measured_samples_per_s" not in view.frame
+    view.set_measured(pd.DataFrame({"world_size": [1, 2, 4], "samples_per_s": [100.0, 190.0, 350.0],
+                                    "efficiency": [1.0, 0.95, 0.875]}))
+    frame = view.frame.set_index("world_size")
+    assert frame.loc[2, "measured_samples_per_s"] == 190.0 and frame.loc[4, "measured_efficiency"] == 0.875
+    assert pd.isna(frame.loc[8, "measured_samples_per_s"])
+    assert "measured_samples_per_s" in view.table.value and "95%" in view.table.value
+
+
+# --- DashboardState (no processes) -----------------------------------------------------------------
+@pytest.mark.timeout(60)
+def test_dashboard_state_progress_eta_and_badges_from_plain_data():
+    frames = {r: pd.DataFrame({"rank": r, "step": range(1, 11), "time": [100.0 + 0.5 * i for i in range(10)],
+                               "loss": 1.0}) for r in (0, 1)}
+    ranks = [RankStatus(0, "running", 10, 1.0), RankStatus(1, "running", 9, 45.0, silent=True)]
+    state = dashboard_state(RunStatus("running", ranks, 9, 50), frames, job_done=False)
+    assert state.step == 10 and state.progress == pytest.approx(0.2)
+    assert state.steps_per_s == pytest.approx(2.0) and state.eta_s == pytest.approx(20.0)
+    assert [(b.state, b.silent) for b in state.badges] == [("running", False), ("running", True)]
+    assert not state.done and state.failure == "" and format_eta(state.eta_s) == "ETA 0:00:20"
+    finished = dashboard_state(RunStatus("finished", ranks, 9, 10), frames, job_done=True)
+    assert finished.done and finished.progress == 1.0 and finished.eta_s == 0.0
+
+
+@pytest.mark.timeout(60)
+def test_live_plot_redraws_only_the_lines_while_they_fit_the_axes():
+    import numpy as np
+
+    from workbench.ui.render import LivePlot, envelope
+
+    def frame(steps: int, spike: float = 0.0) -> pd.DataFrame:
+        return pd.DataFrame([{"rank": r, "step": s, "loss": 1.0 / s + spike * (s == steps), "loss_reduced": 1.0 / s,
+                              "step_time_s": 0.1, "samples_per_s": 320.0, "mem_mb": 100.0 + r}
+                             for s in range(1, steps + 1) for r in (0, 1)])
+
+    plot = LivePlot(max_points=100)
+    assert plot.render(frame(50), total_steps=200).startswith(PNG_MAGIC) and plot.full_draws == 1
+    plot.render(frame(60), total_steps=200)
+    assert (plot.full_draws, plot.line_draws) == (1, 1)
+    plot.render(frame(61, spike=5.0), total_steps=200)  # outside the y limits: axes redrawn
+    assert plot.full_draws == 2
+    x = np.arange(10_000, dtype=float)
+    y = np.sin(x)
+    ex, ey = envelope(x, y, 100)
+    assert len(ex) <= 2 * 100 + 2 and ey.max() == y.max() and ey.min() == y.min() and ex[-1] == x[-1]
+
+
+# --- Dashboard on real runs ------------------------------------------------------------------------
+@pytest.mark.timeout(240)
+def test_dashboard_of_a_finished_run_shows_plot_badges_and_full_progress(tmp_path):
+    run = workbench.submit(tiny_cfg(tmp_path))
+    start = time.monotonic()
+    dash = Dashboard(run)
+    assert time.monotonic() - start < 5.0 and dash.running  # the poller works in the background
+    assert run.wait(timeout=180).state == "finished", run.exception()
+    dash._thread.join(timeout=15)
+    assert not dash.running, "the poller stops by itself once the run is done"
+    state = dash.refresh()
+    assert bytes(dash.image.value).startswith(PNG_MAGIC)
+    assert [b.state for b in state.badges] == ["finished", "finished"]
+    assert dash.badges.value.count("wb-finished") == 2
+    assert dash.progress.value == dash.progress.max == state.total_steps and state.progress == 1.0
+    assert dash.progress.bar_style == "success" and dash.cancel_button.disabled
+    assert set(state.frame["rank"]) == {0, 1} and state.frame["step"].max() == state.total_steps
+    assert dash.failure.layout.display == "none"
+    assert "Starting with JobEnvironment" in dash.log.value
+    assert "application/vnd.jupyter.widget-view+json" in dash._repr_mimebundle_()
+
+
+@pytest.mark.timeout(240)
+def test_workbench_submit_of_a_failing_run_shows_the_failing_rank_traceback(tmp_path):
+    app = Workbench(tiny_cfg(tmp_path), task=functools.partial(failing_at, 5, n_train=512, n_val=64))
+    run = app.submit()
+    assert run is not None and app.run is run and app.run_box.children == (app.dashboard.widget,)
+    assert run.wait(timeout=180).state == "failed"
+    state = app.dashboard.refresh()
+    assert state.failed_rank == 1 and "injected failure on rank 1" in state.failure
+    assert "Traceback" in app.dashboard.failure.value and app.dashboard.failure.layout.display != "none"
+    assert app.dashboard.rank_select.value == 1 and app.dashboard.progress.bar_style == "danger"
+    assert "wb-failed" in app.dashboard.badges.value
+
+
+@pytest.mark.timeout(240)
+def test_cancel_button_stops_the_run(tmp_path):
+    run = workbench.submit(tiny_cfg(tmp_path, max_steps=100000, epochs=1000))
+    dash = Dashboard(run, poll_s=0.3)
+    deadline = time.monotonic() + 120
+    while (dash.state is None or dash.state.step < 2) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    dash.cancel_button.click()
+    assert run.wait(timeout=120).state == "cancelled"
+    dash._thread.join(timeout=15)
+    assert dash.state.state == "cancelled" and dash.progress.bar_style == "warning"
+
+
+@pytest.mark.timeout(60)
+def test_workbench_shows_submit_problems_in_the_form_instead_of_raising(tmp_path):
+    app = Workbench(tiny_cfg(tmp_path))
+    app.executor.value = "slurm"
+    assert app.form.widget_for("launch.executor").value == "slurm"
+    app.executor.value = "local"
+    app.form.widget_for("train.micro_batch_size").value = 0
+    assert app.submit() is None and app.run is None and app.run_box.children == ()
+    assert "train.micro_batch_size: must be a positive whole number" in app.form.problems_html.value
+    assert "not submitted" in app.status.value
+
+
+# --- imports ---------------------------------------------------------------------------------------
+def run_python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.mark.timeout(150)
+def test_import_workbench_does_not_import_ipywidgets():
+    result = run_python("""
+        import sys
+        import workbench
+        workbench.JobConfig(), workbench.Run, workbench.submit
+        print(sorted(m for m in sys.modules if m.split(".")[0] in ("ipywidgets", "workbench.ui")))
+    """)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.timeout(150)
+def test_without_ipywidgets_ui_import_says_how_to_install_and_plot_still_works(tmp_path):
+    result = run_python(f"""
+        import sys
+        sys.modules["ipywidgets"] = None  # as if it were not installed
+        from pathlib import Path
+        from workbench.launch.run import Run
+        from workbench.rundir import RunDir, write_json_atomic
+        from workbench.stream import JsonlWriter
+
+        run_dir = RunDir(Path({str(tmp_path / "run")!r})).create()
+        write_json_atomic(run_dir.meta, {{"world_size": 2}})
+        for rank in range(2):
+            writer = JsonlWriter(run_dir.metrics(rank))
+            for step in range(1, 6):
+                writer.write({{"rank": rank, "step": step, "loss": 1.0 / step, "loss_reduced": 1.0 / step,
+                               "step_time_s": 0.1, "samples_per_s": 320.0, "mem_mb": 100.0}})
+            writer.close()
+        fig = Run(run_dir.root).plot()
+        print(type(fig).__name__)
+        try:
+            import workbench.ui
+        except ImportError as exc:
+            print("ImportError:", exc)
+    """)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert lines[0] == "Figure"
+    assert lines[1].startswith("ImportError:") and "pip install ipywidgets" in lines[1]

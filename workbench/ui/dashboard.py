@@ -1,0 +1,191 @@
+"""Dashboard: a live view of a Run - loss per rank, throughput, rank badges, progress, logs, errors.
+
+A daemon thread polls the run every `poll_s` seconds and only sets widget traits (values, PNG bytes);
+it never prints into an Output widget, so the kernel stays free and nothing lands in the wrong cell.
+The logic lives in plain Python (`state.read_state` -> DashboardState, `render.LivePlot` -> PNG);
+this module maps it onto widgets.
+"""
+
+from __future__ import annotations
+
+import html
+import threading
+import time
+import traceback
+from typing import TYPE_CHECKING, Any, Callable
+
+import ipywidgets as w
+
+from workbench.ui.render import LivePlot
+from workbench.ui.state import DashboardState, MetricsCache, format_eta, read_state
+
+if TYPE_CHECKING:
+    from workbench.launch.run import Run
+
+BAR_STYLES = {"finished": "success", "failed": "danger", "cancelled": "warning"}
+LOG_TAIL_BYTES = 6000
+LOG_EVERY_S = 2.0
+
+
+class Dashboard:
+    """Live widgets for `run`; `refresh()` updates once, the poller thread keeps them current."""
+
+    def __init__(self, run: Run, poll_s: float = 1.0, max_points: int = 2000, autostart: bool = True):
+        self.run, self.poll_s, self.max_points = run, poll_s, max_points
+        self.cache = MetricsCache(run.folder / "metrics")
+        self.plot = LivePlot(max_points=max_points)
+        self.state: DashboardState | None = None
+        self._callbacks: list[Callable[[DashboardState], None]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._plot_version = -1
+        self._log_read_at = 0.0
+        self._build_widgets()
+        if autostart:
+            self.start()
+
+    # --- widgets ---------------------------------------------------------------------------------
+    def _build_widgets(self) -> None:
+        self.title = w.HTML(f"<b>{html.escape(str(self.run.folder))}</b>")
+        self.progress = w.IntProgress(value=0, min=0, max=1, description="steps", bar_style="info")
+        self.eta = w.HTML()
+        self.cancel_button = w.Button(description="Cancel", icon="stop", button_style="danger",
+                                      tooltip="Stop every rank (run.cancel())")
+        self.cancel_button.on_click(lambda _: self.cancel())
+        self.badges = w.HTML()
+        self.image = w.Image(format="png", layout=w.Layout(max_width="100%"))
+        self.failure = w.HTML(layout=w.Layout(display="none"))
+        self.error = w.HTML()
+        ranks = list(range(max(1, self.run.world_size)))
+        self.rank_select = w.Dropdown(options=ranks, value=0, description="log of rank",
+                                      layout=w.Layout(width="200px"))
+        self.rank_select.observe(lambda _: self._show_log(force=True), names="value")
+        self.log = w.HTML()
+        header = w.HBox([self.title, self.progress, self.eta, self.cancel_button])
+        self.widget = w.VBox([header, self.badges, self.image, self.failure, self.rank_select, self.log,
+                              self.error])
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        return self.widget._repr_mimebundle_(**kwargs)
+
+    # --- polling ---------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the poller thread (returns at once)."""
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._poll_loop, name="workbench-dashboard", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the poller thread (the widgets keep their last values)."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=max(5.0, 3 * self.poll_s))
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _poll_loop(self) -> None:
+        next_at = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                state = self.refresh()
+            except Exception:  # noqa: BLE001 - show it and keep polling: the files may settle
+                self.error.value = f"<pre style='color:#a94442'>{html.escape(traceback.format_exc())}</pre>"
+            else:
+                self.error.value = ""
+                if state.done:
+                    return  # that refresh saw the final state: it was the last one
+            next_at = max(next_at + self.poll_s, time.monotonic())
+            self._stop.wait(next_at - time.monotonic())
+
+    def on_refresh(self, callback: Callable[[DashboardState], None]) -> None:
+        """Call `callback(state)` after each refresh has set the widgets (from the poller thread)."""
+        self._callbacks.append(callback)
+
+    def refresh(self) -> DashboardState:
+        """Read the run once and update every widget; returns the new state."""
+        with self._lock:
+            state = read_state(self.run, self.cache, self.max_points)
+            self._apply(state)
+            self.state = state
+        for callback in list(self._callbacks):
+            callback(state)
+        return state
+
+    def cancel(self) -> None:
+        self.run.cancel()
+        self.cancel_button.disabled = True
+        self.cancel_button.description = "Cancelling"
+
+    # --- state -> widgets ------------------------------------------------------------------------
+    def _apply(self, state: DashboardState) -> None:
+        self._show_progress(state)
+        self.badges.value = badges_html(state)
+        if self.cache.version != self._plot_version:
+            self.image.value = self.plot.render(state.frame, state.total_steps)
+            self._plot_version = self.cache.version
+        self._show_failure(state)
+        self._show_log(force=state.done)
+        if state.done:
+            self.cancel_button.disabled = True
+            self.cancel_button.description = state.state
+
+    def _show_progress(self, state: DashboardState) -> None:
+        total = state.total_steps or max(state.step, 1)
+        self.progress.max = max(total, 1)
+        self.progress.value = min(state.step, self.progress.max)
+        self.progress.bar_style = BAR_STYLES.get(state.state, "info")
+        self.eta.value = progress_text(state)
+
+    def _show_failure(self, state: DashboardState) -> None:
+        if not state.failure:
+            self.failure.layout.display = "none"
+            return
+        if self.failure.layout.display == "none" and state.failed_rank in self.rank_select.options:
+            self.rank_select.value = state.failed_rank  # once: show the failing rank's log too
+        self.failure.value = failure_html(state)
+        self.failure.layout.display = ""
+
+    def _show_log(self, force: bool = False) -> None:
+        if not force and time.monotonic() - self._log_read_at < LOG_EVERY_S:
+            return
+        self._log_read_at = time.monotonic()
+        text = self.run.logs(int(self.rank_select.value), tail_bytes=LOG_TAIL_BYTES)
+        self.log.value = log_html(text)
+
+
+def progress_text(state: DashboardState) -> str:
+    total = f"/{state.total_steps}" if state.total_steps else ""
+    rate = f" · {state.steps_per_s:.2f} steps/s" if state.steps_per_s else ""
+    eta = "" if state.done else f" · {format_eta(state.eta_s)}"
+    return f"<span><b>{html.escape(state.state)}</b> · step {state.step}{total}{rate}{eta}</span>"
+
+
+def badges_html(state: DashboardState) -> str:
+    spans = []
+    for b in state.badges:
+        age = "" if b.heartbeat_age_s is None else f"{b.heartbeat_age_s:.0f}s ago"
+        silent = " · ⚠ silent (no heartbeat: hung?)" if b.silent else ""
+        title = f"rank {b.rank}: {b.state} at step {b.step}, last heartbeat {age or 'never'}"
+        spans.append(
+            f'<span class="wb-badge wb-{html.escape(b.state)}" title="{html.escape(title)}" '
+            f'style="background:{b.colour};color:white;border-radius:4px;padding:2px 6px;margin-right:4px">'
+            f"rank {b.rank}: {html.escape(b.state)} @ {b.step}{' · ' + age if age else ''}{silent}</span>")
+    return "".join(spans) or "<span>no ranks yet</span>"
+
+
+def failure_html(state: DashboardState) -> str:
+    return (f'<div style="border:2px solid #d9534f;padding:4px 8px"><b style="color:#a94442">'
+            f"run failed (rank {state.failed_rank})</b><pre style='white-space:pre-wrap;font-size:85%'>"
+            f"{html.escape(state.failure)}</pre></div>")
+
+
+def log_html(text: str) -> str:
+    body = html.escape(text) if text else "(no output yet)"
+    return (f"<pre style='max-height:220px;overflow:auto;font-size:80%;background:#f7f7f7;"
+            f"padding:4px'>{body}</pre>")

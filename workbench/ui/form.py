@@ -1,0 +1,209 @@
+"""ConfigForm: every JobConfig field as a widget, grouped by section, validated as you type."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any, Callable
+
+import ipywidgets as w
+
+from workbench.config import JobConfig
+from workbench.configtypes import ConfigError
+from workbench.ui.fields import FieldSpec, config_fields, from_widget, get_path, problem_field, sections, set_path, to_widget
+
+INVALID_BORDER = "2px solid #d9534f"
+_DESCRIPTION = {"description_width": "190px"}
+
+
+def make_widget(spec: FieldSpec, value: Any) -> w.ValueWidget:
+    """The widget for one field, showing `value`; the field's doc is its tooltip."""
+    common = dict(description=spec.name, tooltip=spec.doc, style=_DESCRIPTION, layout=w.Layout(width="440px"))
+    if spec.kind == "choice":
+        options = ([""] if spec.optional else []) + list(spec.choices)  # "" stands for None
+        return w.Dropdown(options=options, value=to_widget(spec, value), **common)
+    if spec.kind == "bool":
+        return w.Checkbox(value=value, indent=True, **common)
+    if spec.kind == "int":
+        return w.IntText(value=value, **common)
+    placeholder = "empty = none" if spec.optional else ""
+    return w.Text(value=to_widget(spec, value), placeholder=placeholder, **common)
+
+
+class FieldRow:
+    """One field: its widget, a ❌ mark with the problem, and the doc in small grey text."""
+
+    def __init__(self, spec: FieldSpec, value: Any):
+        self.spec = spec
+        self.widget = make_widget(spec, value)
+        self.mark = w.HTML(layout=w.Layout(width="24px"))
+        doc = w.HTML(f'<span style="color:#777;font-size:85%">{html.escape(spec.doc)}</span>',
+                     layout=w.Layout(flex="1 1 auto", width="auto"))
+        self.box = w.HBox([self.widget, self.mark, doc])
+
+    def set(self, value: Any) -> None:
+        self.widget.value = to_widget(self.spec, value)
+
+    def show(self, problems: list[str]) -> None:
+        """Mark the widget invalid (red border, ❌ with the messages as tooltip) or clear the mark."""
+        self.widget.layout.border = INVALID_BORDER if problems else ""
+        title = html.escape("\n".join(problems), quote=True)
+        self.mark.value = f'<span title="{title}">❌</span>' if problems else ""
+
+
+class ConfigForm:
+    """An editable JobConfig.  `.config` is the current config (or raises ConfigError)."""
+
+    def __init__(self, cfg: JobConfig | None = None):
+        cfg = cfg or JobConfig()
+        self.specs = config_fields()
+        self.rows = {spec.path: FieldRow(spec, get_path(cfg, spec.path)) for spec in self.specs}
+        self.last_valid: JobConfig | None = None
+        self._problems: list[str] = []
+        self._callbacks: list[Callable[[JobConfig], None]] = []
+        self._holding = False
+        self._build_widgets()
+        for row in self.rows.values():
+            row.widget.observe(self._on_change, names="value")
+        self._update()
+
+    # --- widgets ---------------------------------------------------------------------------------
+    def _build_widgets(self) -> None:
+        groups = sections(self.specs)
+        self.section_names = list(groups)
+        boxes = [w.VBox([self.rows[s.path].box for s in specs]) for specs in groups.values()]
+        self.accordion = w.Accordion(children=boxes, titles=tuple(self.section_names), selected_index=None)
+        self.problems_html = w.HTML()
+        self.path_text = w.Text(value="config.yaml", description="YAML file", layout=w.Layout(width="360px"))
+        self.load_button = w.Button(description="Load", icon="folder-open", tooltip="Load the YAML file into the form")
+        self.save_button = w.Button(description="Save", icon="save", tooltip="Save the form's config as YAML")
+        self.file_status = w.HTML()
+        self.load_button.on_click(lambda _: self._file_action(self.load_yaml, "loaded"))
+        self.save_button.on_click(lambda _: self._file_action(self.save_yaml, "saved to"))
+        files = w.HBox([self.path_text, self.load_button, self.save_button, self.file_status])
+        self.widget = w.VBox([files, self.accordion, self.problems_html])
+
+    def widget_for(self, path: str) -> w.ValueWidget:
+        """The widget editing field `path`, e.g. "train.lr"."""
+        return self.rows[path].widget
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        return self.widget._repr_mimebundle_(**kwargs)
+
+    # --- config ----------------------------------------------------------------------------------
+    @property
+    def config(self) -> JobConfig:
+        """The config the form shows; raises ConfigError listing every problem."""
+        cfg, problems = self._validate()
+        if problems:
+            raise ConfigError(problems)
+        return cfg  # type: ignore[return-value]
+
+    @property
+    def problems(self) -> list[str]:
+        """The form's problems, with the messages of JobConfig validation (empty when valid)."""
+        return list(self._problems)
+
+    def set_config(self, cfg: JobConfig) -> None:
+        """Show `cfg` in every widget (one validation at the end)."""
+        self._holding = True
+        try:
+            for path, row in self.rows.items():
+                row.set(get_path(cfg, path))
+        finally:
+            self._holding = False
+        self._update()
+
+    def observe(self, callback: Callable[[JobConfig], None]) -> None:
+        """Call `callback(cfg)` whenever the form holds a new valid config."""
+        self._callbacks.append(callback)
+
+    def load_yaml(self, path: str | Path) -> JobConfig:
+        cfg = JobConfig.from_yaml(Path(path))
+        self.set_config(cfg)
+        return cfg
+
+    def save_yaml(self, path: str | Path) -> Path:
+        self.config.to_yaml(Path(path))
+        return Path(path)
+
+    # --- validation ------------------------------------------------------------------------------
+    def _collect(self) -> tuple[dict[str, Any], list[str]]:
+        data: dict[str, Any] = {}
+        problems: list[str] = []
+        for path, row in self.rows.items():
+            value, problem = from_widget(row.spec, row.widget.value)
+            if problem:
+                problems.append(problem)
+            else:
+                set_path(data, path, value)
+        return data, problems
+
+    def _validate(self) -> tuple[JobConfig | None, list[str]]:
+        data, problems = self._collect()
+        try:
+            cfg = JobConfig.from_dict(data)
+        except ConfigError as exc:
+            return None, problems + exc.problems
+        if problems:
+            return None, problems
+        found = cfg.problems()
+        return (None if found else cfg), found
+
+    def _on_change(self, _change: Any) -> None:
+        if not self._holding:
+            self._update()
+
+    def _update(self) -> None:
+        cfg, self._problems = self._validate()
+        self.show_problems(self._problems)
+        if cfg is not None and cfg != self.last_valid:
+            self.last_valid = cfg
+            for callback in list(self._callbacks):
+                callback(cfg)
+
+    def show_problems(self, problems: list[str], title: str = "") -> None:
+        """List `problems` under the form and mark the fields they name."""
+        by_field: dict[str, list[str]] = {}
+        for problem in problems:
+            by_field.setdefault(problem_field(problem), []).append(problem)
+        for path, row in self.rows.items():
+            row.show(by_field.get(path, []))
+        self._mark_sections(by_field)
+        self.problems_html.value = problems_html(problems, title)
+
+    def _mark_sections(self, by_field: dict[str, list[str]]) -> None:
+        counts = {name: 0 for name in self.section_names}
+        for path, found in by_field.items():
+            section = self.rows[path].spec.section if path in self.rows else None
+            if section in counts:
+                counts[section] += len(found)
+        titles = tuple(f"{name}  ❌ {counts[name]}" if counts[name] else name for name in self.section_names)
+        if titles != tuple(self.accordion.titles):
+            self.accordion.titles = titles
+
+    def _file_action(self, action: Callable[[str], Any], verb: str) -> None:
+        path = self.path_text.value.strip()
+        try:
+            action(path)
+        except ConfigError as exc:
+            self.show_problems(exc.problems, f"cannot use {path}:")
+            self.file_status.value = _status(f"{path}: config has problems (listed below)", ok=False)
+        except OSError as exc:
+            self.file_status.value = _status(f"{path}: {exc.strerror or exc}", ok=False)
+        else:
+            self.file_status.value = _status(f"{verb} {path}", ok=True)
+
+
+def problems_html(problems: list[str], title: str = "") -> str:
+    if not problems:
+        return _status("✓ the config is valid", ok=True)
+    items = "".join(f"<li>{html.escape(p)}</li>" for p in problems)
+    head = html.escape(title or f"{len(problems)} problem(s) in the job config:")
+    return (f'<div class="wb-problems" style="color:#a94442;border:1px solid #d9534f;padding:4px 8px">'
+            f"<b>{head}</b><ul style='margin:2px 0'>{items}</ul></div>")
+
+
+def _status(text: str, ok: bool) -> str:
+    colour = "#3c763d" if ok else "#a94442"
+    return f'<span style="color:{colour}">{html.escape(text)}</span>'

@@ -1,0 +1,123 @@
+"""ScalingView: the scaling table of the form's config, live, with optional measured throughput."""
+
+from __future__ import annotations
+
+import html
+from typing import TYPE_CHECKING, Any
+
+import ipywidgets as w
+import pandas as pd
+
+from workbench.scaling import RULES, scaling_table
+
+if TYPE_CHECKING:
+    from workbench.config import JobConfig
+    from workbench.ui.form import ConfigForm
+
+RULE_CHOICES = [("rule from the config", "config"), *[(r, r) for r in RULES], ("compare all rules", "compare")]
+MEASURED = {"samples_per_s": "measured_samples_per_s", "efficiency": "measured_efficiency"}
+SELECTED_STYLE = "background:#fff3b0;font-weight:bold"
+
+
+def parse_world_sizes(text: str) -> list[int]:
+    """ "1,2,4,8" -> [1, 2, 4, 8]; raises ValueError naming the fix."""
+    parts = [p.strip() for p in text.replace(" ", ",").split(",") if p.strip()]
+    if not parts or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise ValueError(f"world sizes: write positive whole numbers separated by commas, e.g. 1,2,4,8 (got {text!r})")
+    return sorted({int(p) for p in parts})
+
+
+def scaling_frame(cfg: JobConfig, world_sizes: list[int], choice: str = "config",
+                  measured: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The scaling table at `world_sizes` plus the config's own world size, with measured columns."""
+    sizes = sorted(set(world_sizes) | {cfg.world_size})
+    rule = None if choice in ("config", "compare") else choice
+    frame = scaling_table(cfg, sizes, rule=rule, compare_rules=choice == "compare")
+    return merge_measured(frame, measured)
+
+
+def merge_measured(frame: pd.DataFrame, measured: pd.DataFrame | None) -> pd.DataFrame:
+    """Add measured_samples_per_s / measured_efficiency by world size (NaN where not measured)."""
+    if measured is None or len(measured) == 0 or "world_size" not in measured:
+        return frame
+    columns = [c for c in MEASURED if c in measured]
+    if not columns:
+        return frame
+    found = measured.groupby("world_size", as_index=False)[columns].last().rename(columns=MEASURED)
+    found["world_size"] = found["world_size"].astype(int)
+    return frame.merge(found, on="world_size", how="left")
+
+
+def table_html(frame: pd.DataFrame) -> str:
+    """An HTML table; rows at the config's own world size carry class wb-selected and a highlight."""
+    shown = [c for c in frame.columns if c != "selected"]
+    head = "".join(f"<th style='padding:2px 8px'>{html.escape(c)}</th>" for c in shown)
+    rows = []
+    for _, row in frame.iterrows():
+        selected = bool(row.get("selected", False))
+        attrs = f' class="wb-selected" style="{SELECTED_STYLE}"' if selected else ""
+        cells = "".join(f"<td style='padding:2px 8px;text-align:right'>{_cell(c, row[c])}</td>" for c in shown)
+        rows.append(f"<tr{attrs}>{cells}</tr>")
+    return f"<table class='wb-scaling'><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def _cell(column: str, value: Any) -> str:
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return "—"
+    if column == "measured_efficiency":
+        return f"{float(value):.0%}"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return html.escape(str(value))
+
+
+class ScalingView:
+    """How batch, lr, warmup and steps/epoch change with world size, for the form's config."""
+
+    def __init__(self, form: ConfigForm, world_sizes: str = "1,2,4,8", measured: pd.DataFrame | None = None):
+        self.form = form
+        self.measured = measured
+        self.frame = pd.DataFrame()
+        self.rule = w.Dropdown(options=RULE_CHOICES, value="config", description="rule")
+        self.world_sizes = w.Text(value=world_sizes, description="world sizes", continuous_update=False)
+        self.note = w.HTML()
+        self.table = w.HTML()
+        self.rule.observe(lambda _: self.update(), names="value")
+        self.world_sizes.observe(lambda _: self.update(), names="value")
+        form.observe(lambda _cfg: self.update())
+        self.widget = w.VBox([w.HBox([self.rule, self.world_sizes]), self.table, self.note])
+        self.update()
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        return self.widget._repr_mimebundle_(**kwargs)
+
+    def set_measured(self, frame: pd.DataFrame | None) -> None:
+        """Measured throughput per world size (columns world_size, samples_per_s, efficiency)."""
+        self.measured = frame
+        self.update()
+
+    def update(self) -> None:
+        cfg = self.form.last_valid
+        if cfg is None:
+            self.note.value = _note("the config has problems (see the form); showing the last valid table")
+            return
+        try:
+            sizes = parse_world_sizes(self.world_sizes.value)
+        except ValueError as exc:
+            self.note.value = _note(str(exc))
+            return
+        self.frame = scaling_frame(cfg, sizes, self.rule.value, self.measured)
+        self.table.value = table_html(self.frame)
+        self.note.value = _caption(cfg, self.rule.value)
+
+
+def _caption(cfg: JobConfig, choice: str) -> str:
+    rule = {"config": cfg.scaling.rule, "compare": "each"}.get(choice, choice)
+    return ("<span style='color:#777;font-size:85%'>effective batch = micro_batch_size × grad_accum_steps × "
+            f"world_size; lr = base lr × multiplier (rule: {html.escape(rule)}); the highlighted "
+            f"row is the config's own world size ({cfg.world_size}).</span>")
+
+
+def _note(text: str) -> str:
+    return f"<span style='color:#a94442'>{html.escape(text)}</span>"
+
