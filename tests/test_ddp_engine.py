@@ -58,6 +58,7 @@ def _grads_after_step(rank: int) -> dict:
     grads = torch.cat([p.grad.flatten() for p in trainer.model.parameters()])
     gathered = [torch.zeros_like(grads) for _ in range(dist.get_world_size())]
     dist.all_gather(gathered, grads)
+    trainer.steplog.flush()
     return {"grads": gathered, "loss": trainer.monitor.metrics.path.read_text()}
 
 

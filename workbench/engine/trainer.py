@@ -25,6 +25,7 @@ from workbench.engine.env import DistEnv
 from workbench.engine.monitor import RankMonitor
 from workbench.engine.optim import build_optimizer, build_scheduler
 from workbench.engine.preempt import PreemptionFlag
+from workbench.engine.steplog import StepLogger
 from workbench.engine.tasks import Task
 from workbench.rundir import RunDir
 from workbench.scaling import describe_change, scaled
@@ -62,6 +63,7 @@ class Trainer:
         self.stop_reason = ""
         self.last_eval: dict[str, float] = {}
         self.preempt = preempt or PreemptionFlag()
+        self.steplog = StepLogger(monitor, env.world_size, device)
 
     # --- the loop --------------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
@@ -74,11 +76,14 @@ class Trainer:
                 self.after_step()
             if not self.stop_reason:
                 self.end_epoch()
+        if self.steplog.flush() and not self.stop_reason:
+            self.stop_reason = "preempted"
         if self.step and self.saved_step != self.step:
             self.save()
         return self.summary()
 
     def train_step(self, batches: Iterator[Any]) -> None:
+        self.steplog.poll()
         t0 = time.perf_counter()
         data_time = 0.0
         loss_sum = torch.zeros((), device=self.device)
@@ -108,20 +113,15 @@ class Trainer:
             self.log_step(loss_sum, lr, time.perf_counter() - t0, data_time)
 
     def log_step(self, loss_sum: torch.Tensor, lr: float, step_time: float, data_time: float) -> None:
-        # One small all-reduce per logged step: the loss, and whether any rank was told to stop
-        # (preemption).  .item() is a host sync point on GPU.
-        reduced = torch.stack([loss_sum.detach().float(), torch.tensor(float(self.preempt.requested),
-                                                                        device=self.device)])
-        dist.all_reduce(reduced)
-        if reduced[1].item() > 0:
-            self.stop_reason = "preempted"
         samples = self.cfg.train.micro_batch_size * self.accum
-        self.monitor.metrics.write({
+        record = {
             "rank": self.env.rank, "step": self.step, "epoch": self.epoch, "time": time.time(),
-            "loss": loss_sum.item(), "loss_reduced": reduced[0].item() / self.env.world_size, "lr": lr,
+            "loss": loss_sum.item(), "lr": lr,  # .item() is a host sync point on GPU
             "step_time_s": step_time, "data_time_s": data_time, "samples_per_s": samples / step_time,
             "mem_mb": self._memory_mb(), "attempt": self.monitor.attempt,
-        })
+        }
+        if self.steplog.log(record, loss_sum, self.preempt.requested):
+            self.stop_reason = "preempted"  # some rank was signalled; all ranks see it at this step
 
     def after_step(self) -> None:
         t = self.cfg.train
