@@ -42,3 +42,31 @@ def slow(delay_s: float, **options) -> Task:
 
     task.loss_fn = loss_fn
     return task
+
+
+def slow_on(rank: int, delay_s: float, **options) -> Task:
+    """The synthetic task with `rank` slowed by `delay_s` per training micro-step (a straggler)."""
+    task = slow(delay_s, **options)
+    if int(os.environ["RANK"]) != rank:
+        return synthetic_classification(**options)
+    return task
+
+
+def diverging_at(step_calls: int, rank: int = 1, **options) -> Task:
+    """The synthetic task, except that `rank` nudges its first weight on its `step_calls`-th step:
+    the replicas' parameters silently stop matching (what a rank-dependent bug would do)."""
+    task = synthetic_classification(**options)
+    base, calls = task.loss_fn, {"n": 0}
+
+    def loss_fn(output, target):
+        if task.model.training and int(os.environ["RANK"]) == rank:
+            calls["n"] += 1
+            if calls["n"] == step_calls:
+                import torch
+
+                with torch.no_grad():
+                    next(task.model.parameters()).add_(1e-3)
+        return base(output, target)
+
+    task.loss_fn = loss_fn
+    return task

@@ -91,6 +91,9 @@ def test_quickstart_workbench_submit_shows_both_ranks_finished(chromium, jupyter
                 texts = badges.all_inner_texts()
                 assert [t.split(":")[0] for t in texts] == ["rank 0", "rank 1"], texts
 
+                # The dashboard's final refresh: its Cancel button turns into the disabled final state.
+                expect(app.locator("button.widget-button", has_text="finished")).to_be_disabled(timeout=60_000)
+
                 image = app.locator("img.widget-image")
                 expect(image).to_have_count(1)
                 expect(image).to_be_visible()

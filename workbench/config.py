@@ -129,6 +129,14 @@ class DistConfig:
     """Gradient compression for all-reduce: none, fp16 or bf16."""
     timeout_s: int = 600
     """Seconds a collective may wait before the process group fails (a dead or hung rank)."""
+    measure_comm: bool = True
+    """Time the gradient all-reduce with a communication hook (comm_wait_s and comm_busy_s per step)."""
+    check_every_steps: int | None = 100
+    """Every this many steps, ranks compare parameter checksums and step times (empty: never)."""
+    straggler_threshold: float = 0.2
+    """A rank whose median step time exceeds the ranks' median by this fraction is a straggler."""
+    stall_after_s: float = 300.0
+    """Seconds without a finished step before a rank is reported stalled and its stacks are dumped."""
 
 
 @dataclass(kw_only=True)

@@ -7,6 +7,7 @@ written (a partial last line) is read on the next poll instead of being lost or 
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -21,12 +22,17 @@ class JsonlWriter:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._fh = open(path, "a", buffering=1)  # line-buffered: every record reaches the file
+        self._lock = threading.Lock()  # the heartbeat thread writes events too: whole lines only
 
     def write(self, record: dict[str, Any]) -> None:
-        self._fh.write(json.dumps(record, default=float) + "\n")
+        line = json.dumps(record, default=float) + "\n"
+        with self._lock:
+            if not self._fh.closed:
+                self._fh.write(line)
 
     def close(self) -> None:
-        self._fh.close()
+        with self._lock:
+            self._fh.close()
 
 
 class NullWriter:

@@ -126,8 +126,12 @@ def _dist(cfg: JobConfig, gpus: int) -> list[str]:
         out.append(f"dist.bucket_cap_mb: must be > 0, got {d.bucket_cap_mb}; torch's default is 25")
     if d.timeout_s < 1:
         out.append(f"dist.timeout_s: must be >= 1 second, got {d.timeout_s}")
-    if d.comm_hook == "bf16" and gpus == 0:
-        out.append("dist.comm_hook: bf16 compression needs NCCL on CUDA; use fp16 or none on CPU")
+    if d.check_every_steps is not None:
+        out += _positive(d.check_every_steps, "dist.check_every_steps", "or leave it empty to never check")
+    if not d.straggler_threshold > 0:
+        out.append(f"dist.straggler_threshold: must be > 0, got {d.straggler_threshold}; 0.2 flags ranks 20% slower")
+    if not d.stall_after_s > 0:
+        out.append(f"dist.stall_after_s: must be > 0 seconds, got {d.stall_after_s}")
     return out
 
 

@@ -3,11 +3,14 @@
 A background heartbeat thread rewrites the rank's status file every few seconds with its state and
 current step, and watches for another rank's error file: when a peer has failed, this rank stops
 at once instead of waiting in a collective until the process-group timeout.  The main thread's
-checkpoint writes hold a lock, so a rank is never stopped half-way through saving.
+checkpoint writes hold a lock, so a rank is never stopped half-way through saving.  When no step
+has finished for `stall_after_s`, the thread dumps every thread's Python stack of this rank into
+the run folder (faulthandler) and reports the rank as stalled: a hang shows where it hangs.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import socket
 import threading
@@ -22,12 +25,17 @@ PEER_FAILED_EXIT_CODE = 75
 
 
 class RankMonitor:
-    def __init__(self, run: RunDir, rank: int, world_size: int, attempt: int = 0, heartbeat_s: float = 2.0):
+    def __init__(self, run: RunDir, rank: int, world_size: int, attempt: int = 0, heartbeat_s: float = 2.0,
+                 stall_after_s: float = 300.0):
         self.run, self.rank, self.world_size, self.attempt = run, rank, world_size, attempt
         self.metrics = JsonlWriter(run.metrics(rank))
         self.events = JsonlWriter(run.events(rank))
         self.step = 0
         self.state = "starting"
+        self.in_sync: bool | None = None
+        self.stall_after_s = stall_after_s
+        self.stalled = False
+        self._progress = (0, time.time())  # (step, when it was first seen)
         self.saving = threading.Lock()
         self._stop = threading.Event()
         self._heartbeat_s = heartbeat_s
@@ -47,6 +55,7 @@ class RankMonitor:
         write_json_atomic(self.run.status(self.rank), {
             "rank": self.rank, "state": self.state, "step": self.step, "time": time.time(),
             "pid": os.getpid(), "host": socket.gethostname(), "attempt": self.attempt,
+            "stalled": self.stalled, "in_sync": self.in_sync,
         })
 
     def set_state(self, state: str) -> None:
@@ -75,10 +84,29 @@ class RankMonitor:
 
     def _beat(self) -> None:
         while not self._stop.wait(self._heartbeat_s):
+            self._watch_progress()
             self.write_status()
             peers = self.failed_peers()
             if peers and not self._stop.is_set():
                 self._abort(peers)
+
+    def _watch_progress(self, now: float | None = None) -> None:
+        now = now or time.time()
+        if self.step != self._progress[0]:
+            self._progress, self.stalled = (self.step, now), False
+        elif self.state == "running" and not self.stalled and now - self._progress[1] > self.stall_after_s:
+            self.stalled = True
+            self.dump_stacks()
+            self.event("stalled", silent_s=round(now - self._progress[1], 1), stacks=str(self.run.stacks(self.rank)))
+
+    def dump_stacks(self) -> None:
+        """Every thread's Python stack of this rank, into stacks/rank{R}.txt."""
+        path = self.run.stacks(self.rank)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w") as fh:
+            fh.write(f"# rank {self.rank} pid {os.getpid()} step {self.step} at {time.ctime()}\n")
+            fh.flush()
+            faulthandler.dump_traceback(fh, all_threads=True)
 
     def _abort(self, peers: list[int]) -> None:
         with self.saving:  # never interrupt a checkpoint being written

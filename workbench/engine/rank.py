@@ -25,7 +25,7 @@ def run_rank(cfg: JobConfig, run_dir: str, factory: Callable[..., Any] | None = 
     env = DistEnv.from_environ()
     run = RunDir(run_dir)
     _set_threads(torch, env.local_world_size)
-    monitor = RankMonitor(run, env.rank, env.world_size, attempt).start()
+    monitor = RankMonitor(run, env.rank, env.world_size, attempt, stall_after_s=cfg.dist.stall_after_s).start()
     preempted: Any = None
     try:
         device, backend = pick_device_and_backend(env.local_rank, cfg.dist.backend)

@@ -19,12 +19,14 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from workbench.config import JobConfig
+from workbench.engine.commtiming import attach as attach_comm_timer
 from workbench.engine.checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from workbench.engine.data import eval_loader, start_epoch, to_device, train_loader
 from workbench.engine.env import DistEnv
 from workbench.engine.monitor import RankMonitor
 from workbench.engine.optim import build_optimizer, build_scheduler
 from workbench.engine.preempt import PreemptionFlag
+from workbench.engine.health import HealthCheck, check_shards
 from workbench.engine.steplog import StepLogger
 from workbench.engine.tasks import Task
 from workbench.rundir import RunDir
@@ -41,7 +43,7 @@ class Trainer:
                          find_unused_parameters=cfg.dist.find_unused_parameters,
                          gradient_as_bucket_view=cfg.dist.gradient_as_bucket_view,
                          static_graph=cfg.dist.static_graph, bucket_cap_mb=cfg.dist.bucket_cap_mb)
-        _register_comm_hook(self.model, cfg.dist.comm_hook)
+        self.comm = attach_comm_timer(self.model, cfg.dist.comm_hook, cfg.dist.measure_comm)
         self.loader = train_loader(task.train_dataset, cfg.data, t.micro_batch_size, env.rank, env.world_size,
                                    t.seed, device)
         self.val_loader = (eval_loader(task.val_dataset, cfg.data, t.micro_batch_size, env.rank, env.world_size,
@@ -64,10 +66,12 @@ class Trainer:
         self.last_eval: dict[str, float] = {}
         self.preempt = preempt or PreemptionFlag()
         self.steplog = StepLogger(monitor, env.world_size, device)
+        self.health = HealthCheck(self.model.module, monitor, env, device, cfg.dist.straggler_threshold)
 
     # --- the loop --------------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
         self._start_event()
+        check_shards(self.loader.sampler, self.monitor, self.env.is_main)
         while not self.stop_reason:
             batches = start_epoch(self.loader, self.epoch, self.micro_in_epoch * self.cfg.train.micro_batch_size,
                                   self.cfg.train.seed, self.env.rank)
@@ -98,6 +102,7 @@ class Trainer:
                     loss = self.task.loss_fn(self.model(inputs), target) / self.accum
                 self.scaler.scale(loss).backward()
             loss_sum += loss.detach()
+        comm_wait, comm_busy = self.comm.take(time.perf_counter())
         self.micro_in_epoch += self.accum
         if self.cfg.train.grad_clip_norm is not None:
             self.scaler.unscale_(self.optimizer)
@@ -109,15 +114,18 @@ class Trainer:
         self.scheduler.step()
         self.step += 1
         self.monitor.step = self.step
+        step_time = time.perf_counter() - t0
+        self.health.record_work_time(step_time - (comm_wait if comm_wait == comm_wait else 0.0))  # NaN: not measured
         if self.step % self.cfg.train.log_every_steps == 0:
-            self.log_step(loss_sum, lr, time.perf_counter() - t0, data_time)
+            self.log_step(loss_sum, lr, {"step_time_s": step_time, "data_time_s": data_time,
+                                         "comm_wait_s": comm_wait, "comm_busy_s": comm_busy})
 
-    def log_step(self, loss_sum: torch.Tensor, lr: float, step_time: float, data_time: float) -> None:
+    def log_step(self, loss_sum: torch.Tensor, lr: float, timings: dict[str, float]) -> None:
         samples = self.cfg.train.micro_batch_size * self.accum
         record = {
             "rank": self.env.rank, "step": self.step, "epoch": self.epoch, "time": time.time(),
             "loss": loss_sum.item(), "lr": lr,  # .item() is a host sync point on GPU
-            "step_time_s": step_time, "data_time_s": data_time, "samples_per_s": samples / step_time,
+            **timings, "samples_per_s": samples / timings["step_time_s"],
             "mem_mb": self._memory_mb(), "attempt": self.monitor.attempt,
         }
         if self.steplog.log(record, loss_sum, self.preempt.requested):
@@ -129,6 +137,8 @@ class Trainer:
             self.save()
             self.monitor.event("preempted", epoch=self.epoch)
             return
+        if self.cfg.dist.check_every_steps and self.step % self.cfg.dist.check_every_steps == 0:
+            self.health.check(self.step)
         if t.eval_every_steps and self.step % t.eval_every_steps == 0:
             self.evaluate()
         if t.checkpoint_every_steps and self.step % t.checkpoint_every_steps == 0:
@@ -262,15 +272,6 @@ class Trainer:
         if self.device.startswith("cuda"):
             return torch.cuda.max_memory_allocated(self.device) / 2**20
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # peak RSS (KiB on Linux)
-
-
-def _register_comm_hook(model: DDP, hook: str) -> None:
-    if hook == "none":
-        return
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
-    fn = {"fp16": default_hooks.fp16_compress_hook, "bf16": default_hooks.bf16_compress_hook}[hook]
-    model.register_comm_hook(None, fn)
 
 
 def _too_small_message(cfg: JobConfig, world: int, n: int) -> str:

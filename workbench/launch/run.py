@@ -181,6 +181,11 @@ class Run:
             return RankFailure(e["rank"], e["type"], e["message"], e["traceback"], e.get("host", ""))
         return None
 
+    def stacks(self) -> dict[int, str]:
+        """Python stack dumps of ranks that stalled (rank -> text), written by the ranks themselves."""
+        return {r: self.dir.stacks(r).read_text(errors="replace") for r in range(self.world_size)
+                if self.dir.stacks(r).exists()}
+
     def plot(self, **kwargs: Any) -> Figure:
         """Loss per rank and reduced loss (matplotlib)."""
         from workbench.plots import plot_run

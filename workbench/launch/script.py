@@ -51,6 +51,7 @@ def run_script_rank(script: str, args: list[str], run_dir: str, rank: int, attem
 
     run = RunDir(run_dir)
     monitor = _monitor = RankMonitor(run, rank, int(os.environ["WORLD_SIZE"]), attempt).start()
+    watch_set_epoch(monitor)
     os.environ[RUN_DIR_ENV] = run_dir
     monitor.set_state("running")
     monitor.event("start", script=script, args=args)
@@ -77,6 +78,29 @@ def run_script_rank(script: str, args: list[str], run_dir: str, rank: int, attem
     if rank == 0:
         write_json_atomic(run.summary, {"status": "finished", "script": script, "steps": monitor.step})
     return 0
+
+
+def watch_set_epoch(monitor: Any) -> None:
+    """Report a shuffling DistributedSampler iterated twice with the same epoch: a script that
+    forgot sampler.set_epoch(epoch) trains on the same order every epoch."""
+    from torch.utils.data import DistributedSampler
+
+    original = DistributedSampler.__iter__
+    seen: dict[int, int] = {}
+    warned: set[int] = set()
+
+    def __iter__(self: DistributedSampler) -> Any:
+        key = id(self)
+        if self.shuffle and seen.get(key) == self.epoch and key not in warned:
+            warned.add(key)
+            monitor.event("warning", check="set_epoch", epoch=self.epoch,
+                          message="DistributedSampler iterated again with the same epoch: call "
+                                  "sampler.set_epoch(epoch) at the start of every epoch, or each epoch "
+                                  "repeats the same order")
+        seen[key] = self.epoch
+        return original(self)
+
+    DistributedSampler.__iter__ = __iter__  # type: ignore[method-assign]
 
 
 def submit_script(script: str | Path, args: list[str] | None = None, cfg: JobConfig | None = None,

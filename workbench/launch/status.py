@@ -26,7 +26,11 @@ class RankStatus:
     pid: int | None = None
     attempt: int = 0
     silent: bool = False
-    """Alive by the scheduler but no heartbeat for SILENT_AFTER_S: hung, or stuck in a collective."""
+    """Running, but no heartbeat for SILENT_AFTER_S: the process is frozen or its node is gone."""
+    stalled: bool = False
+    """Heartbeat alive but no step finished for dist.stall_after_s; its stacks are in stacks/."""
+    in_sync: bool | None = None
+    """Parameters matched every other rank at the last check (None: not checked yet)."""
 
 
 @dataclass
@@ -67,7 +71,8 @@ def rank_statuses(run: RunDir, world_size: int, job_done: bool, now: float | Non
             state = "lost"  # the job ended but this rank never said so: killed, or out of memory
         silent = state == "running" and age > SILENT_AFTER_S
         out.append(RankStatus(rank, state, int(data.get("step", 0)), round(age, 2), data.get("host", ""),
-                              data.get("pid"), int(data.get("attempt", 0)), silent))
+                              data.get("pid"), int(data.get("attempt", 0)), silent,
+                              bool(data.get("stalled")) and state == "running", data.get("in_sync")))
     return out
 
 

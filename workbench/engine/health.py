@@ -1,0 +1,114 @@
+"""Health checks across ranks: parameters in sync, stragglers, and the data shards themselves.
+
+Every `dist.check_every_steps` steps each rank computes a checksum per parameter (and per buffer
+that DDP keeps identical) plus its recent median work time; one all_gather compares them.  Rank 0
+reports a divergence (which ranks, first differing tensor) and stragglers as events.
+
+Work time is step time minus the time spent waiting for the gradient all-reduce: in synchronous
+DDP every rank's step takes as long as the slowest one's, so only the waiting tells them apart."""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from workbench.engine.env import DistEnv
+from workbench.engine.monitor import RankMonitor
+
+# Updated in every rank's own forward pass (BatchNorm statistics): legitimately rank-local.
+RANK_LOCAL_BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
+MAX_SHARD_CHECK_SAMPLES = 2_000_000
+
+
+class HealthCheck:
+    def __init__(self, module: torch.nn.Module, monitor: RankMonitor, env: DistEnv, device: str,
+                 straggler_threshold: float, window: int = 50):
+        self.monitor, self.env, self.device = monitor, env, device
+        self.threshold = straggler_threshold
+        self.names, self.tensors = _checked_tensors(module)
+        self.work_times: deque[float] = deque(maxlen=window)
+
+    def record_work_time(self, seconds: float) -> None:
+        self.work_times.append(seconds)
+
+    def check(self, step: int) -> dict[str, Any]:
+        """One all_gather of [checksums..., median work time]; rank 0 writes the findings."""
+        mine = torch.cat([self._checksums(), torch.tensor([self._median_work()], dtype=torch.float64)])
+        everyone = [torch.empty_like(mine) for _ in range(self.env.world_size)]
+        dist.all_gather(everyone, mine.to(self.device))
+        table = torch.stack([t.cpu() for t in everyone])
+        found = {"in_sync": True, "diverged_ranks": [], "first_diverged": None}
+        found.update(_divergence(table[:, :-1], self.names))
+        if self.env.is_main:
+            self.monitor.event("sync_check", **found)
+            self._report_stragglers(table[:, -1].tolist())
+        self.monitor.in_sync = found["in_sync"]
+        return found
+
+    def _checksums(self) -> torch.Tensor:
+        with torch.no_grad():  # sum and sum of squares: cheap, and a difference almost surely shows
+            parts = [torch.stack([t.double().sum(), t.double().pow(2).sum()]) for t in self.tensors]
+        return torch.cat(parts).cpu() if parts else torch.zeros(0, dtype=torch.float64)
+
+    def _median_work(self) -> float:
+        return statistics.median(self.work_times) if self.work_times else 0.0
+
+    def _report_stragglers(self, medians: list[float]) -> None:
+        typical = statistics.median(medians)
+        for rank, value in enumerate(medians):
+            if typical > 0 and value > typical * (1 + self.threshold):
+                self.monitor.event("straggler", straggler_rank=rank, median_work_s=value,
+                                   ranks_median_work_s=typical, slower_by=value / typical - 1)
+
+
+def _checked_tensors(module: torch.nn.Module) -> tuple[list[str], list[torch.Tensor]]:
+    named = list(module.named_parameters()) + [
+        (n, b) for n, b in module.named_buffers() if not n.endswith(RANK_LOCAL_BUFFERS)]
+    return [n for n, _ in named], [t for _, t in named]
+
+
+def _divergence(table: torch.Tensor, names: list[str]) -> dict[str, Any]:
+    """Ranks whose checksums differ from rank 0's, and the first tensor that differs."""
+    differs = (table != table[0]).view(table.shape[0], -1, 2).any(dim=2)  # [rank, tensor]
+    ranks = [r for r in range(table.shape[0]) if differs[r].any()]
+    if not ranks:
+        return {}
+    first = int(differs.any(dim=0).nonzero()[0])
+    return {"in_sync": False, "diverged_ranks": ranks, "first_diverged": names[first]}
+
+
+def check_shards(sampler: Any, monitor: RankMonitor, is_main: bool) -> dict[str, Any] | None:
+    """At start: are the ranks' shards disjoint, what do they cover, does set_epoch reshuffle?"""
+    dataset_size = len(sampler.dataset)
+    if dataset_size > MAX_SHARD_CHECK_SAMPLES:
+        if is_main:
+            monitor.event("shard_check", skipped=f"dataset of {dataset_size} samples is too large to check")
+        return None
+    skip, epoch = sampler.skip, sampler.epoch
+    mine = []
+    for e in (0, 1):
+        sampler.set_epoch(e)
+        mine.append(list(sampler))
+    sampler.set_epoch(epoch, skip=skip)
+    everyone: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, mine)
+    result = shard_report(everyone, dataset_size, sampler.shuffle)
+    if is_main:
+        monitor.event("shard_check", **result)
+    return result
+
+
+def shard_report(shards: list[list[list[int]]], dataset_size: int, shuffle: bool) -> dict[str, Any]:
+    """shards[rank][epoch] -> indices; disjoint within an epoch, coverage, reshuffled between epochs."""
+    first = [set(s[0]) for s in shards]
+    union = set().union(*first)
+    total = sum(len(s[0]) for s in shards)
+    padding = max(0, total - dataset_size)  # DistributedSampler pads (repeats) when not drop_last
+    disjoint = total - len(union) <= padding
+    reshuffles = any(s[0] != s[1] for s in shards)
+    return {"disjoint": disjoint, "covered_fraction": len(union) / max(1, dataset_size), "padded": padding,
+            "reshuffles": reshuffles, "ok": disjoint and (reshuffles or not shuffle)}
