@@ -25,7 +25,7 @@ TASK = {"n_train": 65536, "n_val": 64, "dim": 256, "hidden": 1024, "classes": 16
 WARMUP = 30
 
 
-def median_step_s(root: str, steps: int, observe: bool) -> float:
+def median_step_s(root: str, steps: int, observe: bool) -> tuple[float, float]:
     cfg = JobConfig.from_dict({
         "task": {"name": "synthetic", "options": TASK},
         "train": {"micro_batch_size": 64, "max_steps": steps, "checkpoint_every_steps": 100000},
@@ -36,7 +36,9 @@ def median_step_s(root: str, steps: int, observe: bool) -> float:
     run.wait(timeout=600)
     frame = run.metrics()
     times = frame[(frame["rank"] == 0) & (frame["step"] >= WARMUP)].sort_values("step")["time"]
-    return statistics.median(times.diff().dropna())
+    events = run.events()
+    checks = events[events["event"] == "sync_check"]["check_s"] if observe else []
+    return statistics.median(times.diff().dropna()), (statistics.median(checks) if len(checks) else 0.0)
 
 
 def heartbeat_cost_s(beats: int = 200) -> float:
@@ -54,16 +56,19 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=300)
     args = parser.parse_args()
-    ratios = []
+    ratios, check_shares = [], []
     with tempfile.TemporaryDirectory() as root:
         for i in range(args.rounds):
-            off, on = median_step_s(root, args.steps, False), median_step_s(root, args.steps, True)
+            (off, _), (on, check_s) = median_step_s(root, args.steps, False), median_step_s(root, args.steps, True)
             ratios.append(on / off)
+            check_shares.append(check_s / (100 * on))
             print(f"round {i + 1}: step {off * 1e3:.2f} ms without, {on * 1e3:.2f} ms with observability "
                   f"(x{on / off:.3f})", flush=True)
     beat = heartbeat_cost_s()
     print(f"median overhead of default observability: {100 * (statistics.median(ratios) - 1):+.2f}% of step time "
           f"(target < 1%)")
+    print(f"sync/straggler check: {100 * statistics.median(check_shares):.3f}% of step time "
+          "(one check every 100 steps, timed inside the run)")
     print(f"heartbeat: {beat * 1e6:.0f} us per beat every 2 s = {100 * beat / 2:.4f}% of one core")
 
 

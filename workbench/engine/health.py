@@ -10,6 +10,7 @@ DDP every rank's step takes as long as the slowest one's, so only the waiting te
 from __future__ import annotations
 
 import statistics
+import time
 from collections import deque
 from typing import Any
 
@@ -37,6 +38,7 @@ class HealthCheck:
 
     def check(self, step: int) -> dict[str, Any]:
         """One all_gather of [checksums..., median work time]; rank 0 writes the findings."""
+        started = time.perf_counter()
         mine = torch.cat([self._checksums(), torch.tensor([self._median_work()], dtype=torch.float64)])
         everyone = [torch.empty_like(mine) for _ in range(self.env.world_size)]
         dist.all_gather(everyone, mine.to(self.device))
@@ -44,7 +46,7 @@ class HealthCheck:
         found = {"in_sync": True, "diverged_ranks": [], "first_diverged": None}
         found.update(_divergence(table[:, :-1], self.names))
         if self.env.is_main:
-            self.monitor.event("sync_check", **found)
+            self.monitor.event("sync_check", **found, check_s=time.perf_counter() - started)
             self._report_stragglers(table[:, -1].tolist())
         self.monitor.in_sync = found["in_sync"]
         return found
