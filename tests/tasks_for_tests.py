@@ -10,24 +10,32 @@ from workbench.engine.builtin_tasks import synthetic_classification
 from workbench.engine.tasks import Task
 
 
-def failing_at(step_calls: int, rank: int = 1, how: str = "raise", **options) -> Task:
-    """The synthetic task, except that `rank` fails on its `step_calls`-th training loss call."""
-    task = synthetic_classification(**options)
+def _on_training_call(task: Task, rank: int, step_calls: int, action) -> Task:
+    """Run `action(task)` when `rank` makes its `step_calls`-th training loss call."""
     base, calls = task.loss_fn, {"n": 0}
 
     def loss_fn(output, target):
         if task.model.training and int(os.environ["RANK"]) == rank:
             calls["n"] += 1
             if calls["n"] == step_calls:
-                if how == "kill":
-                    os.kill(os.getpid(), signal.SIGKILL)
-                if how == "hang":
-                    time.sleep(3600)
-                raise RuntimeError(f"injected failure on rank {rank}")
+                action(task)
         return base(output, target)
 
     task.loss_fn = loss_fn
     return task
+
+
+def failing_at(step_calls: int, rank: int = 1, how: str = "raise", **options) -> Task:
+    """The synthetic task, except that `rank` fails on its `step_calls`-th training loss call."""
+
+    def fail(task: Task) -> None:
+        if how == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if how == "hang":
+            time.sleep(3600)
+        raise RuntimeError(f"injected failure on rank {rank}")
+
+    return _on_training_call(synthetic_classification(**options), rank, step_calls, fail)
 
 
 def slow(delay_s: float, **options) -> Task:
@@ -55,18 +63,11 @@ def slow_on(rank: int, delay_s: float, **options) -> Task:
 def diverging_at(step_calls: int, rank: int = 1, **options) -> Task:
     """The synthetic task, except that `rank` nudges its first weight on its `step_calls`-th step:
     the replicas' parameters silently stop matching (what a rank-dependent bug would do)."""
-    task = synthetic_classification(**options)
-    base, calls = task.loss_fn, {"n": 0}
 
-    def loss_fn(output, target):
-        if task.model.training and int(os.environ["RANK"]) == rank:
-            calls["n"] += 1
-            if calls["n"] == step_calls:
-                import torch
+    def nudge(task: Task) -> None:
+        import torch
 
-                with torch.no_grad():
-                    next(task.model.parameters()).add_(1e-3)
-        return base(output, target)
+        with torch.no_grad():
+            next(task.model.parameters()).add_(1e-3)
 
-    task.loss_fn = loss_fn
-    return task
+    return _on_training_call(synthetic_classification(**options), rank, step_calls, nudge)

@@ -20,7 +20,10 @@ _LAZY = {
     "log": "workbench.launch.script",
     "submit_script": "workbench.launch.script",
     "presets": "workbench.presets",
+    "benchmark_scaling": "workbench.scaling_bench",
+    "analysis": "workbench.analysis",
 }
+_MODULES = ("presets", "analysis")
 
 __all__ = ["JobConfig", "ConfigError", "scaling_table", *_LAZY]
 
@@ -29,6 +32,7 @@ if TYPE_CHECKING:
     from workbench.launch.run import Run, RunFailed
     from workbench.launch.script import log, submit_script
     from workbench.launch.submit import submit
+    from workbench.scaling_bench import benchmark_scaling
 
 
 def __getattr__(name: str) -> Any:
@@ -36,5 +40,5 @@ def __getattr__(name: str) -> Any:
         import importlib
 
         module = importlib.import_module(_LAZY[name])
-        return module if name == "presets" else getattr(module, name)
+        return module if name in _MODULES else getattr(module, name)
     raise AttributeError(f"module 'workbench' has no attribute {name!r}")

@@ -50,6 +50,15 @@ def _parser() -> argparse.ArgumentParser:
     table.add_argument("--dataset-size", type=int, help="training samples (default: task.train_samples)")
     table.set_defaults(func=cmd_table)
 
+    bench = sub.add_parser("bench-scaling", help="measure throughput, speedup and efficiency with short real "
+                           "runs at several world sizes")
+    _config_args(bench)
+    bench.add_argument("--world-sizes", default="1,2", help="comma-separated, default 1,2")
+    bench.add_argument("--steps", type=int, default=30, help="steps per run, default 30")
+    bench.add_argument("--warmup-steps", type=int, default=5, help="first steps left out of the medians, default 5")
+    bench.add_argument("--executor", choices=["local", "slurm"], help="launch.executor")
+    bench.set_defaults(func=cmd_bench_scaling)
+
     show = sub.add_parser("show", help="print a run's status, summary and failure")
     show.add_argument("run_dir")
     show.set_defaults(func=cmd_show)
@@ -177,6 +186,29 @@ def cmd_table(args: argparse.Namespace) -> int:
     return 0
 
 
+BENCH_COLUMNS = ["world_size", "samples_per_s", "speedup", "expected_speedup", "efficiency", "step_time_s",
+                 "data_time_s", "compute_s", "comm_wait_s", "comm_share", "mem_mb_per_rank"]
+
+
+def cmd_bench_scaling(args: argparse.Namespace) -> int:
+    from workbench.plots import plot_scaling
+    from workbench.scaling_bench import benchmark_scaling
+
+    from workbench.launch.run import RunFailed
+
+    sizes = [int(s) for s in args.world_sizes.split(",") if s.strip()]
+    try:
+        frame = benchmark_scaling(load_config(args), sizes, steps=args.steps, warmup_steps=args.warmup_steps)
+    except RunFailed as exc:
+        print(f"workbench: {exc}\n{exc.failure.traceback if exc.failure else ''}", file=sys.stderr)
+        return 1
+    print(frame[BENCH_COLUMNS].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    plot = Path(frame.attrs["folder"]) / "scaling.png"
+    plot_scaling(frame).savefig(plot, dpi=100)
+    print(f"[workbench] runs and scaling.csv: {frame.attrs['folder']}\n[workbench] scaling plot: {plot}")
+    return 0
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     from workbench.launch.run import Run
 
@@ -186,7 +218,10 @@ def cmd_show(args: argparse.Namespace) -> int:
     print(status.frame().to_string(index=False))
     frame = run.metrics()
     if len(frame):
+        from workbench.analysis import format_report
+
         print(per_rank_table(frame).to_string())
+        print(format_report(run.report()))
     if status.state == "failed":
         _print_failure(run)
     elif status.state == "finished":

@@ -68,3 +68,44 @@ def save_run_plot(frame: pd.DataFrame, path: str, **kwargs: Any) -> str:
     fig = plot_run(frame, **kwargs)
     fig.savefig(path, dpi=100)
     return path
+
+
+SPLIT = (("data_time_s", "data wait"), ("compute_s", "compute"), ("comm_wait_s", "communication"))
+
+
+def plot_scaling(frame: pd.DataFrame, figsize: tuple[float, float] = (10.0, 3.6)) -> Figure:
+    """Measured scaling (from benchmark_scaling): speedup measured vs ideal vs the guides' expectation,
+    and per world size the step split into data wait, compute and communication, efficiency on top."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=figsize, layout="constrained")
+    speed_ax, split_ax = fig.subplots(1, 2)
+    _plot_speedup(frame, speed_ax)
+    _plot_split(frame, split_ax)
+    return fig
+
+
+def _plot_speedup(frame: pd.DataFrame, ax: Axes) -> None:
+    n = frame["world_size"]
+    ax.plot(n, frame["ideal_speedup"], "k--", lw=1, label="ideal")
+    ax.fill_between(n, frame["expected_low"], frame["expected_high"], color="tab:green", alpha=0.2)
+    ax.plot(n, frame["expected_speedup"], "-", color="tab:green", lw=1, label="guides' rule of thumb")
+    ax.plot(n, frame["speedup"], "o-", color="tab:blue", lw=2, label="measured")
+    ax.set_xticks(list(n))
+    ax.set_xlabel("world size (ranks)")
+    ax.set_title(f"speedup over {int(n.iloc[0])} rank(s)")
+    ax.legend(fontsize="small")
+
+
+def _plot_split(frame: pd.DataFrame, ax: Axes) -> None:
+    labels = [str(int(n)) for n in frame["world_size"]]
+    bottom = [0.0] * len(frame)
+    for column, name in SPLIT:
+        values = frame[column].fillna(0).tolist() if column in frame else [0.0] * len(frame)
+        ax.bar(labels, values, bottom=bottom, label=name)
+        bottom = [b + v for b, v in zip(bottom, values)]
+    for x, top, eff in zip(labels, bottom, frame["efficiency"]):
+        ax.annotate(f"{eff:.0%}", (x, top), ha="center", va="bottom", fontsize="small")
+    ax.set_xlabel("world size (ranks); label: scaling efficiency")
+    ax.set_title("median step time (s)")
+    ax.legend(fontsize="small")

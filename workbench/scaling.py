@@ -65,15 +65,26 @@ def scaled(cfg: JobConfig, world_size: int | None = None, rule: str | None = Non
                   effective_batch(cfg.train.micro_batch_size, cfg.train.grad_accum_steps, n))
 
 
+MEASURED = ("samples_per_s", "speedup", "efficiency", "expected_speedup")
+
+
 def scaling_table(cfg: JobConfig, world_sizes: Iterable[int] = (1, 2, 4, 8), rule: str | None = None,
-                  dataset_size: int | None = None, compare_rules: bool = False) -> pd.DataFrame:
-    """One row per world size (and per rule when compare_rules) with batch, lr, warmup, steps/epoch."""
+                  dataset_size: int | None = None, compare_rules: bool = False,
+                  measured: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per world size (and per rule when compare_rules) with batch, lr, warmup, steps/epoch.
+
+    `measured` (a benchmark_scaling table) adds its samples_per_s, speedup, efficiency and
+    expected_speedup columns by world size (empty where that world size was not measured)."""
     import pandas as pd
 
     size = dataset_size if dataset_size is not None else cfg.task.train_samples
     rules = RULES if compare_rules else (rule or cfg.scaling.rule,)
     rows = [_row(cfg, n, r, size) for n in world_sizes for r in rules]
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    if measured is None:
+        return table
+    columns = ["world_size", *(c for c in MEASURED if c in measured)]
+    return table.merge(measured[columns], on="world_size", how="left")
 
 
 def _row(cfg: JobConfig, n: int, rule: str, size: int | None) -> dict[str, Any]:

@@ -10,13 +10,14 @@ the run folder (faulthandler) and reports the rank as stalled: a hang shows wher
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
 import socket
 import threading
 import time
 import traceback
-from typing import Any
+from typing import Any, Iterator
 
 from workbench.rundir import RunDir, write_json_atomic
 from workbench.stream import JsonlWriter
@@ -71,6 +72,20 @@ class RankMonitor:
         })
         self.event("error", type=type(exc).__name__, message=str(exc))
         self.set_state("failed")
+
+    @contextlib.contextmanager
+    def reporting(self) -> Iterator[RankMonitor]:
+        """Record how the body ended: interrupted (cancel, preemption exit) or failed (with traceback)."""
+        try:
+            yield self
+        except (KeyboardInterrupt, SystemExit) as exc:
+            self.event("interrupted", reason=type(exc).__name__)
+            self.close("interrupted")
+            raise
+        except BaseException as exc:
+            self.fail(exc)
+            self.close()
+            raise
 
     def close(self, state: str | None = None) -> None:
         self._stop.set()

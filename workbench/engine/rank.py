@@ -28,12 +28,13 @@ def run_rank(cfg: JobConfig, run_dir: str, factory: Callable[..., Any] | None = 
     monitor = RankMonitor(run, env.rank, env.world_size, attempt, stall_after_s=cfg.dist.stall_after_s).start()
     preempted: Any = None
     try:
-        device, backend = pick_device_and_backend(env.local_rank, cfg.dist.backend)
-        if device.startswith("cuda"):
-            torch.cuda.set_device(device)
-        dist.init_process_group(backend, rank=env.rank, world_size=env.world_size,
-                                timeout=timedelta(seconds=cfg.dist.timeout_s))
-        summary = _train(cfg, env, device, run, monitor, factory, preempt)
+        with monitor.reporting():
+            device, backend = pick_device_and_backend(env.local_rank, cfg.dist.backend)
+            if device.startswith("cuda"):
+                torch.cuda.set_device(device)
+            dist.init_process_group(backend, rank=env.rank, world_size=env.world_size,
+                                    timeout=timedelta(seconds=cfg.dist.timeout_s))
+            summary = _train(cfg, env, device, run, monitor, factory, preempt)
         if summary["stop_reason"] == "preempted":
             monitor.close("requeued")
             preempted = preempt
@@ -42,14 +43,6 @@ def run_rank(cfg: JobConfig, run_dir: str, factory: Callable[..., Any] | None = 
         if env.is_main:
             write_json_atomic(run.summary, {**summary, "status": "finished", "world_size": env.world_size})
         return summary
-    except (KeyboardInterrupt, SystemExit) as exc:  # cancel (SIGINT) or submitit's preemption exit
-        monitor.event("interrupted", reason=type(exc).__name__)
-        monitor.close("interrupted")
-        raise
-    except BaseException as exc:
-        monitor.fail(exc)
-        monitor.close()
-        raise
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()

@@ -197,6 +197,13 @@ class Run:
 
         return Dashboard(self, **kwargs)
 
+    def report(self) -> dict[str, Any]:
+        """Step time split (data, compute, communication) per rank, stragglers, memory imbalance and
+        what would help; workbench.analysis.format_report(run.report()) prints it."""
+        from workbench.analysis import report
+
+        return report(self.metrics(), self.config, self.events())
+
 
 def _job_state(job: Any) -> str:
     if job is None:

@@ -58,19 +58,8 @@ def run_script_rank(script: str, args: list[str], run_dir: str, rank: int, attem
     saved_argv = sys.argv
     sys.argv = [script, *args]
     try:
-        runpy.run_path(script, run_name="__main__")
-    except SystemExit as exc:
-        if exc.code not in (None, 0):
-            monitor.fail(exc)
-            monitor.close()
-            raise RuntimeError(f"{script} exited with status {exc.code}") from None
-    except KeyboardInterrupt:
-        monitor.close("interrupted")
-        raise
-    except BaseException as exc:
-        monitor.fail(exc)
-        monitor.close()
-        raise
+        with monitor.reporting():
+            _run_path(script)
     finally:
         sys.argv = saved_argv
     monitor.event("end", stop_reason="script returned")
@@ -101,6 +90,15 @@ def watch_set_epoch(monitor: Any) -> None:
         return original(self)
 
     DistributedSampler.__iter__ = __iter__  # type: ignore[method-assign]
+
+
+def _run_path(script: str) -> None:
+    """Run the script as __main__; sys.exit(0) is a normal end, another status a failure."""
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            raise RuntimeError(f"{script} exited with status {exc.code}") from None
 
 
 def submit_script(script: str | Path, args: list[str] | None = None, cfg: JobConfig | None = None,
