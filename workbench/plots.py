@@ -14,17 +14,22 @@ TITLES = {"loss": "loss per rank (dashed: reduced)", "step_time_s": "step time (
           "samples_per_s": "samples/s per rank", "mem_mb": "memory (MiB)"}
 
 
-def downsample(frame: pd.DataFrame, max_points: int) -> pd.DataFrame:
-    """Keep at most ~max_points rows per rank, evenly spaced (always keeping the last)."""
-    if len(frame) == 0 or "rank" not in frame:
-        return frame
-    n = frame.groupby("rank").size().max()
+def thin(frame: pd.DataFrame, max_points: int) -> pd.DataFrame:
+    """At most max_points evenly spaced rows of one rank's frame, always with the last."""
+    n = len(frame)
     if n <= max_points:
         return frame
-    stride = -(-n // max_points)
-    pos = frame.groupby("rank").cumcount()
-    last = pos == frame.groupby("rank")["step"].transform("size") - 1
-    return frame[(pos % stride == 0) | last]
+    stride = -(-n // max(1, max_points - 1))
+    return frame.iloc[list(range(0, n - 1, stride)) + [n - 1]]
+
+
+def downsample(frame: pd.DataFrame, max_points: int) -> pd.DataFrame:
+    """At most max_points rows per rank, evenly spaced, each rank's last row kept."""
+    if len(frame) == 0 or "rank" not in frame or frame.groupby("rank").size().max() <= max_points:
+        return frame
+    import pandas as pd
+
+    return pd.concat([thin(part, max_points) for _, part in frame.groupby("rank")]).sort_index()
 
 
 def plot_loss(frame: pd.DataFrame, ax: Axes) -> None:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from workbench.config import JobConfig
 from workbench.launch.status import RunStatus, overall_state, rank_statuses, total_steps
 from workbench.rundir import RunDir, read_json, write_json_atomic
-from workbench.stream import MultiTail
+from workbench.stream import MultiTail, RankFrames
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -48,7 +48,7 @@ class Run:
     def __init__(self, run_dir: str | Path, job: Any = None):
         self.dir = RunDir(Path(run_dir))
         self.job = job
-        self._metrics = MultiTail(self.dir.root / "metrics")
+        self._metrics = RankFrames(self.dir.root / "metrics")
         self._events = MultiTail(self.dir.root / "events")
         self._failed_at: float | None = None
 
@@ -129,18 +129,11 @@ class Run:
         """Metric records written since the last poll (also kept for metrics())."""
         return self._metrics.poll()
 
-    def metrics(self) -> pd.DataFrame:
-        """Every logged step of every rank (rank, step, loss, loss_reduced, lr, step_time_s, ...).
-
-        After a requeue, steps past the last checkpoint are trained again; the newest attempt wins."""
+    def metrics(self, max_points: int | None = None) -> pd.DataFrame:
+        """Every logged step of every rank (rank, step, loss, loss_reduced, lr, step_time_s, ...),
+        read incrementally.  After a requeue, steps trained again keep the newest attempt's row."""
         self._metrics.poll()
-        from workbench.stream import to_frame
-
-        frame = to_frame(self._metrics.records, ("step", "rank"))
-        if len(frame) and "attempt" in frame:
-            frame = frame.sort_values(["attempt"], kind="stable").drop_duplicates(["rank", "step"], keep="last")
-            frame = frame.sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
-        return frame
+        return self._metrics.frame(max_points)
 
     def events(self) -> pd.DataFrame:
         self._events.poll()

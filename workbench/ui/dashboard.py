@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, Callable
 import ipywidgets as w
 
 from workbench.ui.render import LivePlot
-from workbench.ui.state import DashboardState, MetricsCache, format_eta, read_state
+from workbench.stream import RankFrames
+from workbench.ui.state import DashboardState, format_eta, read_state
 
 if TYPE_CHECKING:
     from workbench.launch.run import Run
@@ -32,7 +33,7 @@ class Dashboard:
 
     def __init__(self, run: Run, poll_s: float = 1.0, max_points: int = 2000, autostart: bool = True):
         self.run, self.poll_s, self.max_points = run, poll_s, max_points
-        self.cache = MetricsCache(run.folder / "metrics")
+        self.cache = RankFrames(run.folder / "metrics")
         self.plot = LivePlot(max_points=max_points)
         self.state: DashboardState | None = None
         self._callbacks: list[Callable[[DashboardState], None]] = []
