@@ -54,7 +54,7 @@ def test_a_finished_run_reads_back_completely(tmp_path, capsys):
     assert again.status().state == "finished"
     assert again.metrics().equals(run.metrics())
     assert again.result()["steps"] == 12
-X
+    assert "submitit" in again.logs(1)  # rank 1 stdout and stderr (submitit per-task log files)
     assert main(["show", str(run.folder)]) == 0
     out = capsys.readouterr().out
     assert "finished" in out and "final_loss" in out

@@ -185,15 +185,19 @@ def data_advice(frame: pd.DataFrame, cfg: JobConfig, threshold: float = DATA_SHA
 
 def report(frame: pd.DataFrame, cfg: JobConfig, events: pd.DataFrame | None = None,
            skip_steps: int = SKIP_STEPS) -> dict[str, Any]:
-    """Everything above for one run: breakdown, throughput, shares, stragglers, memory, advice, events."""
+    """Everything above for one run: breakdown, throughput, shares, stragglers, memory, advice, events.
+
+    Stragglers use the config's dist.straggler_threshold (the engine's live check uses it too)."""
     b = step_breakdown(frame, skip_steps)
+    threshold = getattr(cfg.dist, "straggler_threshold", STRAGGLER_THRESHOLD)
     return {
         "breakdown": b,
         "world_size": len(b),
         "samples_per_s": float(b["samples_per_s"].sum()) if len(b) else math.nan,
         "comm_share": communication_share(b),
         "comm_overlap": _overlap(b),
-        "stragglers": stragglers(frame, skip_steps=skip_steps),
+        "stragglers": stragglers(frame, threshold, skip_steps),
+        "straggler_threshold": threshold,
         "memory": memory_imbalance(frame),
         "advice": communication_advice(frame, cfg, skip_steps=skip_steps) + data_advice(frame, cfg,
                                                                                         skip_steps=skip_steps),
@@ -203,9 +207,10 @@ def report(frame: pd.DataFrame, cfg: JobConfig, events: pd.DataFrame | None = No
 
 
 def _overlap(b: pd.DataFrame) -> float:
-    """Fraction of the all-reduce time hidden under backward (1 - wait / busy), NaN if unmeasured."""
+    """Fraction of the all-reduce time hidden under backward (1 - wait / busy, within [0, 1]), NaN if
+    unmeasured.  The wait also holds the hook's own overhead, so with one bucket it can exceed busy."""
     busy, wait = b["comm_busy_s"].median(), b["comm_wait_s"].median()
-    return float(1 - wait / busy) if busy > 0 and not math.isnan(wait) else math.nan
+    return float(min(1.0, max(0.0, 1 - wait / busy))) if busy > 0 and not math.isnan(wait) else math.nan
 
 
 def _event_counts(events: pd.DataFrame | None) -> dict[str, int]:
@@ -224,7 +229,8 @@ def format_report(rep: dict[str, Any]) -> str:
     lines = [f"step time per rank (median after the first {rep['skip_steps']} steps; "
              "compute = step - data - comm):", _breakdown_text(b),
              f"throughput: {rep['samples_per_s']:,.0f} samples/s over {rep['world_size']} rank(s)",
-             _comm_line(rep), _straggler_line(rep["stragglers"]), _memory_line(rep["memory"])]
+             _comm_line(rep), _straggler_line(rep["stragglers"], rep["straggler_threshold"]),
+             _memory_line(rep["memory"])]
     lines += [f"events: {n} {kind}" for kind, n in rep["events"].items()]
     if rep["advice"]:
         lines += ["what would help:", *(f"  - {a}" for a in rep["advice"])]
@@ -252,9 +258,9 @@ def _comm_line(rep: dict[str, Any]) -> str:
             f"guides' {COMM_SHARE_LIMIT:.0%}{overlap}")
 
 
-def _straggler_line(found: pd.DataFrame) -> str:
+def _straggler_line(found: pd.DataFrame, threshold: float) -> str:
     if len(found) == 0:
-        return f"stragglers: none (no rank more than {STRAGGLER_THRESHOLD:.0%} slower than the others)"
+        return f"stragglers: none (no rank more than {threshold:.0%} slower than the others)"
     parts = [f"rank {r.rank} {r.slower_by:.0%} slower ({r.basis} {r.own_time_s:.4f} s vs "
              f"{r.others_median_s:.4f} s)" for r in found.itertuples()]
     return "stragglers: " + "; ".join(parts)
