@@ -78,6 +78,7 @@ def test_straggler_flagged_at_30_percent_not_at_5(comm):
 def test_straggler_among_four_ranks_is_compared_with_the_others():
     slow = analysis.stragglers(_frame([0.10, 0.10, 0.10, 0.13], comm_s=0.01))
     assert slow["rank"].tolist() == [3] and slow["others_median_s"].iloc[0] == pytest.approx(0.10)
+    assert slow["step_share"].iloc[0] == pytest.approx(0.03 / 0.14)  # 30 ms extra in a 140 ms step
     text = analysis.format_report(analysis.report(_frame([0.10, 0.10, 0.10, 0.13], comm_s=0.01), JobConfig()))
     assert "stragglers: rank 3 30% slower" in text
 
@@ -133,12 +134,15 @@ def test_amdahl_gain():
     assert analysis.amdahl_gain(0.5, math.inf) == pytest.approx(2.0)
 
 
-def test_report_counts_straggler_and_sync_events():
-    events = pd.DataFrame([{"event": "straggler", "rank": 1}, {"event": "start", "rank": 0},
-                           {"event": "straggler", "rank": 1}, {"event": "sync_check", "rank": 0}])
+def test_report_counts_the_engine_checks_findings():
+    events = pd.DataFrame([{"event": "straggler", "rank": 0, "straggler_rank": 1}, {"event": "start", "rank": 0},
+                           {"event": "straggler", "rank": 0, "straggler_rank": 1},
+                           {"event": "sync_check", "rank": 0, "in_sync": True},
+                           {"event": "sync_check", "rank": 0, "in_sync": False}])
     rep = analysis.report(_frame([0.1, 0.1]), JobConfig(), events)
-    assert rep["events"] == {"straggler": 2, "sync_check": 1}
-    assert "events: 2 straggler" in analysis.format_report(rep)
+    assert rep["events"] == {"straggler warnings": 2, "sync checks out of sync": 1}
+    assert "engine checks: 2 straggler warnings" in analysis.format_report(rep)
+    assert analysis.report(_frame([0.1, 0.1]), JobConfig(), events.iloc[3:4])["events"] == {}
 
 
 def test_guide_speedup_and_compare():

@@ -78,6 +78,13 @@ def test_a_hung_rank_is_named_and_every_rank_dumps_its_stacks(tmp_path):
     assert "tasks_for_tests.py" in stacks[1] and "loss_fn" in stacks[1]
     assert "tasks_for_tests.py" not in stacks[0]  # rank 0 waits in the collective, not in user code
     assert all(r.stalled for r in run.status().ranks)
+    assert run.health()["stalled_ranks"] == [0, 1]
+    if __import__("importlib").util.find_spec("ipywidgets"):
+        from workbench.ui.dashboard import Dashboard
+
+        board = Dashboard(run, autostart=False)
+        board.refresh()
+        assert "stack dump of rank 1" in board.stacks.value and "stalled" in board.health.value
     run.cancel()
     assert run.wait(timeout=60).state == "cancelled"
     assert not _processes_mentioning(str(run.folder))
@@ -98,3 +105,17 @@ def test_shard_report_logic():
     assert not overlap["disjoint"]
     frozen = shard_report([[[0, 2], [0, 2]], [[1, 3], [1, 3]]], 4, shuffle=True)
     assert frozen["disjoint"] and not frozen["reshuffles"] and not frozen["ok"]
+
+
+def test_run_health_and_dashboard_show_divergence_and_stragglers(tmp_path):
+    pytest.importorskip("ipywidgets")
+    from workbench.ui.dashboard import Dashboard
+
+    run = workbench.submit(_cfg(tmp_path), task=functools.partial(diverging_at, 3, rank=1, **OPTIONS))
+    run.wait(timeout=120)
+    run.events()  # an earlier read of the events must not hide them from health()
+    health = run.health()
+    assert health["in_sync"] is False and health["diverged_ranks"] == [1]
+    board = Dashboard(run, autostart=False)
+    board.refresh()
+    assert "diverged on ranks [1]" in board.health.value and "0.weight" in board.health.value

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pandas as pd
@@ -9,6 +10,7 @@ import pytest
 from matplotlib.figure import Figure
 
 import workbench
+from tests.tasks_for_tests import slow_on
 from workbench.cli import main
 from workbench.config import JobConfig
 from workbench.configtypes import ConfigError
@@ -86,3 +88,24 @@ def test_bad_world_sizes_and_steps_are_config_errors(tmp_path):
         bench_config(slurm, 6, 10)
     assert bench_config(slurm, 8, 10).dist.nodes == 2 and bench_config(slurm, 2, 10).dist.procs_per_node == 2
     assert not list(tmp_path.iterdir()), "nothing runs when the arguments are wrong"
+
+
+def test_cli_bench_scaling_names_the_failing_rank(tmp_path, capsys):
+    config = tmp_path / "job.yaml"
+    _cfg(tmp_path).replace(task__name="tests.tasks_for_tests:failing_at",
+                           task__options={"step_calls": 3, "rank": 0, "n_train": 2048, "n_val": 64}).to_yaml(config)
+    assert main(["bench-scaling", str(config), "--world-sizes", "1,2", "--steps", "8", "--warmup-steps", "2"]) == 1
+    err = capsys.readouterr().err
+    assert "rank 0" in err and "injected failure on rank 0" in err
+    assert [p.name for p in tmp_path.glob("scaling-*/*")] == ["world1"], "stops at the first failed run"
+
+
+def test_report_of_a_real_run_flags_the_slow_rank(tmp_path):
+    cfg = _cfg(tmp_path).replace(train__max_steps=15, train__checkpoint_every_steps=100)
+    run = workbench.submit(cfg, task=functools.partial(slow_on, 1, 0.01, n_train=2048, n_val=64))
+    assert run.wait(timeout=120).state == "finished", run.exception()
+    rep = run.report()
+    assert rep["stragglers"]["rank"].tolist() == [1], workbench.analysis.format_report(rep)
+    if "comm_wait_s" in run.metrics():  # the fast rank spends its spare time waiting in the all-reduce
+        waits = rep["breakdown"].set_index("rank")["comm_wait_s"]
+        assert waits[0] > waits[1] + 0.005

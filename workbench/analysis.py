@@ -32,7 +32,7 @@ MEMORY_IMBALANCE_LIMIT = 1.2
 
 BREAKDOWN_COLUMNS = ["rank", "steps", "step_time_s", "step_time_p90_s", "data_time_s", "compute_s",
                      "comm_wait_s", "comm_busy_s", "data_share", "comm_share", "samples_per_s"]
-STRAGGLER_COLUMNS = ["rank", "own_time_s", "others_median_s", "slower_by", "basis"]
+STRAGGLER_COLUMNS = ["rank", "own_time_s", "others_median_s", "slower_by", "step_share", "basis"]
 _MEDIANS = ("step_time_s", "data_time_s", "comm_wait_s", "comm_busy_s", "samples_per_s")
 
 
@@ -92,7 +92,8 @@ def stragglers(frame: pd.DataFrame, threshold: float = STRAGGLER_THRESHOLD,
     all-reduce synchronises the ranks, so whole step times come out nearly equal: the fast ranks
     absorb a straggler's delay as communication wait.  Without comm_wait_s the step time is used
     (basis "step time").  The reference is the median of the *other* ranks, so that with 2 ranks a
-    30% slower rank is flagged (the median of both would sit halfway).  slower_by is a fraction."""
+    30% slower rank is flagged (the median of both would sit halfway).  slower_by is a fraction;
+    step_share is the extra time as a share of the step: what the other ranks lose waiting for it."""
     b = step_breakdown(frame, skip_steps)
     if len(b) < 2:
         return pd.DataFrame(columns=STRAGGLER_COLUMNS)
@@ -103,8 +104,10 @@ def stragglers(frame: pd.DataFrame, threshold: float = STRAGGLER_THRESHOLD,
         others = float(own.drop(own.index[i]).median())
         slower_by = float(own.iloc[i]) / others - 1 if others > 0 else math.nan
         if slower_by > threshold:
+            extra = (float(own.iloc[i]) - others) / float(b["step_time_s"].median())
             rows.append({"rank": int(rank), "own_time_s": float(own.iloc[i]), "others_median_s": others,
-                         "slower_by": slower_by, "basis": "data + compute" if measured else "step time"})
+                         "slower_by": slower_by, "step_share": extra,
+                         "basis": "data + compute" if measured else "step time"})
     return pd.DataFrame(rows, columns=STRAGGLER_COLUMNS)
 
 
@@ -214,11 +217,15 @@ def _overlap(b: pd.DataFrame) -> float:
 
 
 def _event_counts(events: pd.DataFrame | None) -> dict[str, int]:
-    """How many straggler and sync_check events the ranks wrote."""
+    """What the engine's live checks found: straggler events, and sync checks with in_sync false."""
     if events is None or len(events) == 0 or "event" not in events:
         return {}
-    counts = events["event"].value_counts()
-    return {kind: int(counts[kind]) for kind in ("straggler", "sync_check") if kind in counts}
+    kind = events["event"]
+    found = {"straggler warnings": int((kind == "straggler").sum())}
+    if "in_sync" in events:
+        diverged = events["in_sync"].map(lambda v: v is False or v == 0.0)  # NaN on other events
+        found["sync checks out of sync"] = int(((kind == "sync_check") & diverged).sum())
+    return {kind: n for kind, n in found.items() if n}
 
 
 def format_report(rep: dict[str, Any]) -> str:
@@ -231,7 +238,7 @@ def format_report(rep: dict[str, Any]) -> str:
              f"throughput: {rep['samples_per_s']:,.0f} samples/s over {rep['world_size']} rank(s)",
              _comm_line(rep), _straggler_line(rep["stragglers"], rep["straggler_threshold"]),
              _memory_line(rep["memory"])]
-    lines += [f"events: {n} {kind}" for kind, n in rep["events"].items()]
+    lines += [f"engine checks: {n} {kind}" for kind, n in rep["events"].items()]
     if rep["advice"]:
         lines += ["what would help:", *(f"  - {a}" for a in rep["advice"])]
     return "\n".join(lines)
@@ -262,7 +269,8 @@ def _straggler_line(found: pd.DataFrame, threshold: float) -> str:
     if len(found) == 0:
         return f"stragglers: none (no rank more than {threshold:.0%} slower than the others)"
     parts = [f"rank {r.rank} {r.slower_by:.0%} slower ({r.basis} {r.own_time_s:.4f} s vs "
-             f"{r.others_median_s:.4f} s)" for r in found.itertuples()]
+             f"{r.others_median_s:.4f} s; the others wait {r.step_share:.0%} of each step for it)"
+             for r in found.itertuples()]
     return "stragglers: " + "; ".join(parts)
 
 

@@ -51,6 +51,9 @@ class Run:
         self._metrics = RankFrames(self.dir.root / "metrics")
         self._events = MultiTail(self.dir.root / "events")
         self._failed_at: float | None = None
+        self._health_seen = 0
+        self._health: dict[str, Any] = {"in_sync": None, "diverged_ranks": [], "first_diverged": None,
+                                        "stragglers": {}, "shards_ok": None, "warnings": []}
 
     @classmethod
     def load(cls, run_dir: str | Path) -> Run:
@@ -174,6 +177,16 @@ class Run:
             return RankFailure(e["rank"], e["type"], e["message"], e["traceback"], e.get("host", ""))
         return None
 
+    def health(self) -> dict[str, Any]:
+        """What the ranks' own checks said, from their events (read incrementally): parameters in
+        sync at the last check, stragglers, stalled ranks, data-sharding problems and warnings."""
+        self._events.poll()
+        for record in self._events.records[self._health_seen:]:
+            _fold_health(self._health, record)
+        self._health_seen = len(self._events.records)
+        stalled = [r.rank for r in self.status().ranks if r.stalled or r.silent]
+        return {**self._health, "stalled_ranks": stalled}
+
     def stacks(self) -> dict[int, str]:
         """Python stack dumps of ranks that stalled (rank -> text), written by the ranks themselves."""
         return {r: self.dir.stacks(r).read_text(errors="replace") for r in range(self.world_size)
@@ -196,6 +209,19 @@ class Run:
         from workbench.analysis import report
 
         return report(self.metrics(), self.config, self.events())
+
+
+def _fold_health(health: dict[str, Any], record: dict[str, Any]) -> None:
+    kind = record.get("event")
+    if kind == "sync_check":
+        health.update(in_sync=record["in_sync"], diverged_ranks=record.get("diverged_ranks") or [],
+                      first_diverged=record.get("first_diverged"))
+    elif kind == "straggler":
+        health["stragglers"][record["straggler_rank"]] = record["slower_by"]
+    elif kind == "shard_check" and "ok" in record:
+        health["shards_ok"] = record["ok"]
+    elif kind == "warning":
+        health["warnings"].append(f"rank {record['rank']}: {record.get('message', '')}")
 
 
 def _job_state(job: Any) -> str:

@@ -55,6 +55,8 @@ class Dashboard:
                                       tooltip="Stop every rank (run.cancel())")
         self.cancel_button.on_click(lambda _: self.cancel())
         self.badges = w.HTML()
+        self.health = w.HTML()
+        self.stacks = w.HTML()
         self.image = w.Image(format="png", layout=w.Layout(max_width="100%"))
         self.failure = w.HTML(layout=w.Layout(display="none"))
         self.error = w.HTML()
@@ -64,8 +66,8 @@ class Dashboard:
         self.rank_select.observe(lambda _: self._show_log(force=True), names="value")
         self.log = w.HTML()
         header = w.HBox([self.title, self.progress, self.eta, self.cancel_button])
-        self.widget = w.VBox([header, self.badges, self.image, self.failure, self.rank_select, self.log,
-                              self.error])
+        self.widget = w.VBox([header, self.badges, self.health, self.image, self.failure, self.stacks,
+                              self.rank_select, self.log, self.error])
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         return self.widget._repr_mimebundle_(**kwargs)
@@ -127,6 +129,8 @@ class Dashboard:
     def _apply(self, state: DashboardState) -> None:
         self._show_progress(state)
         self.badges.value = badges_html(state)
+        self.health.value = health_html(state.health)
+        self.stacks.value = stacks_html(state.stacks)
         if self.cache.version != self._plot_version:
             self.image.value = self.plot.render(state.frame, state.total_steps)
             self._plot_version = self.cache.version
@@ -172,12 +176,37 @@ def badges_html(state: DashboardState) -> str:
     for b in state.badges:
         age = "" if b.heartbeat_age_s is None else f"{b.heartbeat_age_s:.0f}s ago"
         silent = " · ⚠ silent (no heartbeat: hung?)" if b.silent else ""
+        silent += " · ⏸ stalled" if b.stalled else ""
         title = f"rank {b.rank}: {b.state} at step {b.step}, last heartbeat {age or 'never'}"
         spans.append(
             f'<span class="wb-badge wb-{html.escape(b.state)}" title="{html.escape(title)}" '
             f'style="background:{b.colour};color:white;border-radius:4px;padding:2px 6px;margin-right:4px">'
             f"rank {b.rank}: {html.escape(b.state)} @ {b.step}{' · ' + age if age else ''}{silent}</span>")
     return "".join(spans) or "<span>no ranks yet</span>"
+
+
+def health_html(health: dict[str, Any]) -> str:
+    """One line: parameters in sync, stragglers, stalled ranks, sharding warnings."""
+    if not health:
+        return ""
+    parts = []
+    if health.get("in_sync") is not None:
+        parts.append("✔ parameters in sync" if health["in_sync"] else
+                     f"✘ parameters diverged on ranks {health['diverged_ranks']} "
+                     f"(first: {html.escape(str(health['first_diverged']))})")
+    for rank, slower in sorted(health.get("stragglers", {}).items()):
+        parts.append(f"🐢 rank {rank} is a straggler ({100 * slower:.0f}% slower)")
+    if health.get("stalled_ranks"):
+        parts.append(f"⏸ stalled: ranks {health['stalled_ranks']} (stacks below)")
+    if health.get("shards_ok") is False:
+        parts.append("✘ data shards overlap or do not reshuffle")
+    parts += [f"⚠ {html.escape(text)}" for text in health.get("warnings", [])[:3]]
+    return "<span style='font-size:90%'>" + " · ".join(parts) + "</span>" if parts else ""
+
+
+def stacks_html(stacks: dict[int, str]) -> str:
+    return "".join(f"<details><summary>stack dump of rank {rank}</summary><pre style='font-size:75%'>"
+                   f"{html.escape(text)}</pre></details>" for rank, text in sorted(stacks.items()))
 
 
 def failure_html(state: DashboardState) -> str:

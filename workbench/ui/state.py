@@ -36,6 +36,7 @@ class Badge:
     heartbeat_age_s: float | None
     silent: bool
     colour: str
+    stalled: bool = False
 
 
 @dataclass
@@ -58,6 +59,10 @@ class DashboardState:
     """Metrics of every rank, at most max_points rows per rank (evenly spaced, last row kept)."""
     records: int = 0
     """Metric records read so far (every rank)."""
+    health: dict[str, Any] = field(default_factory=dict)
+    """Run.health(): in sync, stragglers, stalled ranks, warnings."""
+    stacks: dict[int, str] = field(default_factory=dict)
+    """Stack dumps of stalled ranks (rank -> text)."""
 
 
 # --- the state -------------------------------------------------------------------------------------
@@ -71,8 +76,8 @@ def dashboard_state(status: RunStatus, frames: dict[int, pd.DataFrame], failure:
     progress = min(1.0, step / total) if total else None
     rate = step_rate(frames)
     eta = max(0.0, (total - step) / rate) if total and rate else None
-    badges = [Badge(r.rank, r.state, r.step, r.heartbeat_age_s, r.silent, BADGE_COLOURS.get(r.state, "#777"))
-              for r in status.ranks]
+    badges = [Badge(r.rank, r.state, r.step, r.heartbeat_age_s, r.silent, BADGE_COLOURS.get(r.state, "#777"),
+                    r.stalled) for r in status.ranks]
     return DashboardState(
         status.state, status.done and job_done, step, total, progress, 0.0 if status.done else eta, rate,
         badges, failure_text(failure) if status.state == "failed" else "",
@@ -109,7 +114,10 @@ def read_state(run: Run, cache: RankFrames, max_points: int) -> DashboardState:
     status = run.status()  # first: once it says done, every record is on disk before the poll
     cache.poll()
     failure = run.exception() if status.state == "failed" else None
-    return dashboard_state(status, cache.frames, failure, run.job_done(), cache.frame(max_points), cache.records)
+    state = dashboard_state(status, cache.frames, failure, run.job_done(), cache.frame(max_points), cache.records)
+    state.health = run.health()
+    state.stacks = run.stacks() if state.health["stalled_ranks"] else {}
+    return state
 
 
 def format_eta(seconds: float | None) -> str:
