@@ -135,20 +135,56 @@ def follow(run: Any, quiet: bool = False) -> int:
 class ProgressPrinter:
     """Prints new metric records as they stream in, at most one line per rank per second."""
 
-    HIDDEN = {"rank", "step", "time", "epoch", "attempt", "data_time_s"}
+    KNOWN = ("loss", "loss_reduced", "lr", "samples_per_s", "step_time_s", "comm_wait_s", "mem_mb")
+    HIDDEN = {"rank", "step", "time", "epoch", "attempt", "data_time_s", "comm_busy_s", *KNOWN}
 
     def __init__(self, quiet: bool = False, every_s: float = 1.0):
         self.quiet, self.every_s = quiet, every_s
         self.last: dict[int, float] = {}
+        self.started = False
 
     def __call__(self, run: Any) -> None:
+        if not self.quiet and not self.started:
+            self.started = print_start(run)
         for rec in run.poll_metrics():
             now = time.monotonic()
             if self.quiet or now - self.last.get(rec["rank"], 0) < self.every_s:
                 continue
             self.last[rec["rank"]] = now
-            fields = " ".join(f"{k} {_fmt(v)}" for k, v in rec.items() if k not in self.HIDDEN)
-            print(f"  rank {rec['rank']} step {rec['step']:>6} {fields}", flush=True)
+            print(f"  rank {rec['rank']} | step {rec['step']:>6} | " + format_record(rec), flush=True)
+
+
+def print_start(run: Any) -> bool:
+    """Print the derived numbers of rank 0's start event once it is there; returns whether it was."""
+    events = run.events()
+    start = events[(events["event"] == "start") & (events["rank"] == 0)] if len(events) else events
+    if not len(start) or "effective_batch" not in start:
+        return False
+    e = start.iloc[-1]
+    print(f"[workbench] {e['world_size']} ranks on {e['device']}: effective batch {e['effective_batch']}, "
+          f"lr {e['lr']:.3g}, warmup {e['warmup_steps']} steps, {e['steps_per_epoch']} steps/epoch, "
+          f"{e['total_steps']} steps in all", flush=True)
+    return True
+
+
+def format_record(rec: dict[str, Any]) -> str:
+    """The engine's fields in a fixed readable order, then whatever else a script logged."""
+    parts = []
+    if "loss" in rec:
+        reduced = f" (all ranks {rec['loss_reduced']:.4g})" if "loss_reduced" in rec else ""
+        parts.append(f"loss {rec['loss']:.4g}{reduced}")
+    if "lr" in rec:
+        parts.append(f"lr {rec['lr']:.2e}")
+    if "samples_per_s" in rec:
+        parts.append(f"{rec['samples_per_s']:.0f} samples/s")
+    if "step_time_s" in rec:
+        comm = rec.get("comm_wait_s")
+        share = f" ({100 * comm / rec['step_time_s']:.0f}% comm)" if comm == comm and comm is not None else ""
+        parts.append(f"step {1000 * rec['step_time_s']:.1f} ms{share}")
+    if "mem_mb" in rec:
+        parts.append(f"{rec['mem_mb']:.0f} MiB")
+    parts += [f"{k} {_fmt(v)}" for k, v in rec.items() if k not in ProgressPrinter.HIDDEN]
+    return " | ".join(parts)
 
 
 def _fmt(value: Any) -> str:

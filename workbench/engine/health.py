@@ -60,11 +60,13 @@ class HealthCheck:
         return statistics.median(self.work_times) if self.work_times else 0.0
 
     def _report_stragglers(self, medians: list[float]) -> None:
-        typical = statistics.median(medians)
+        """Each rank against the median of the others (with 2 ranks, the other one)."""
         for rank, value in enumerate(medians):
+            others = medians[:rank] + medians[rank + 1:]
+            typical = statistics.median(others) if others else 0.0
             if typical > 0 and value > typical * (1 + self.threshold):
                 self.monitor.event("straggler", straggler_rank=rank, median_work_s=value,
-                                   ranks_median_work_s=typical, slower_by=value / typical - 1)
+                                   others_median_work_s=typical, slower_by=value / typical - 1)
 
 
 def _checked_tensors(module: torch.nn.Module) -> tuple[list[str], list[torch.Tensor]]:
