@@ -61,6 +61,7 @@ def test_quickstart_workbench_submit_shows_both_ranks_finished(chromium, jupyter
 
     shutil.copy(QUICKSTART, jupyter_lab.root / QUICKSTART.name)
     ARTIFACTS.mkdir(exist_ok=True)
+    (ARTIFACTS / "quickstart-failure.png").unlink(missing_ok=True)  # only this run's failure, if any
     started = time.monotonic()
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(chromium), headless=True, args=CHROMIUM_ARGS)

@@ -125,6 +125,8 @@ class DistConfig:
     """DDP: the set of used parameters never changes between steps (enables optimisations)."""
     bucket_cap_mb: float = 25.0
     """DDP: gradient bucket size in MiB for all-reduce."""
+    threads_per_rank: int | None = None
+    """CPU threads per rank (torch.set_num_threads); empty: OMP_NUM_THREADS, else cores / ranks per node."""
     comm_hook: Literal["none", "fp16", "bf16"] = "none"
     """Gradient compression for all-reduce: none, fp16 or bf16."""
     timeout_s: int = 600

@@ -67,10 +67,15 @@ def layout(cfg: JobConfig, world_size: int) -> tuple[int, int]:
 
 
 def bench_config(cfg: JobConfig, world_size: int, steps: int) -> JobConfig:
-    """cfg shortened to `steps` logged steps at `world_size` ranks: no evaluation, one checkpoint at the end."""
+    """cfg shortened to `steps` logged steps at `world_size` ranks: no evaluation, one checkpoint at the
+    end, and the same threads per rank at every size (dist.threads_per_rank, default 1), so a
+    1-rank run does not get all the cores a 2-rank run has to share."""
     nodes, procs = layout(cfg, world_size)
     never = steps + 1  # an interval past the last step: no eval or checkpoint inside, none at epoch ends
+    # Like for like: every world size gets the threads per rank the largest one can have.
+    threads = cfg.dist.threads_per_rank or 1
     return cfg.replace(dist__nodes=nodes, dist__procs_per_node=procs, train__max_steps=steps,
+                       dist__threads_per_rank=threads,
                        train__epochs=max(cfg.train.epochs, steps), train__log_every_steps=1,
                        train__eval_every_steps=never, train__checkpoint_every_steps=never)
 

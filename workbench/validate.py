@@ -126,6 +126,8 @@ def _dist(cfg: JobConfig, gpus: int) -> list[str]:
         out.append(f"dist.bucket_cap_mb: must be > 0, got {d.bucket_cap_mb}; torch's default is 25")
     if d.timeout_s < 1:
         out.append(f"dist.timeout_s: must be >= 1 second, got {d.timeout_s}")
+    if d.threads_per_rank is not None:
+        out += _positive(d.threads_per_rank, "dist.threads_per_rank", "or leave it empty for cores / ranks")
     if d.check_every_steps is not None:
         out += _positive(d.check_every_steps, "dist.check_every_steps", "or leave it empty to never check")
     if not d.straggler_threshold > 0:

@@ -25,6 +25,11 @@ from workbench.stream import JsonlWriter
 PEER_FAILED_EXIT_CODE = 75
 
 
+def node_name() -> str:
+    """The node this rank runs on: SLURM's node name (several may share a host), else the hostname."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
 class RankMonitor:
     def __init__(self, run: RunDir, rank: int, world_size: int, attempt: int = 0, heartbeat_s: float = 2.0,
                  stall_after_s: float = 300.0):
@@ -55,7 +60,7 @@ class RankMonitor:
     def write_status(self) -> None:
         write_json_atomic(self.run.status(self.rank), {
             "rank": self.rank, "state": self.state, "step": self.step, "time": time.time(),
-            "pid": os.getpid(), "host": socket.gethostname(), "attempt": self.attempt,
+            "pid": os.getpid(), "host": node_name(), "attempt": self.attempt,
             "stalled": self.stalled, "in_sync": self.in_sync,
         })
 
@@ -68,7 +73,7 @@ class RankMonitor:
         text = "".join(traceback.format_exception(exc))
         write_json_atomic(self.run.error(self.rank), {
             "rank": self.rank, "type": type(exc).__name__, "message": str(exc), "traceback": text,
-            "time": time.time(), "step": self.step, "host": socket.gethostname(), "attempt": self.attempt,
+            "time": time.time(), "step": self.step, "host": node_name(), "attempt": self.attempt,
         })
         self.event("error", type=type(exc).__name__, message=str(exc))
         self.set_state("failed")

@@ -24,7 +24,7 @@ def run_rank(cfg: JobConfig, run_dir: str, factory: Callable[..., Any] | None = 
     preempt = PreemptionFlag().install()  # first: a signal during start-up must not be lost
     env = DistEnv.from_environ()
     run = RunDir(run_dir)
-    _set_threads(torch, env.local_world_size)
+    _set_threads(torch, env.local_world_size, cfg.dist.threads_per_rank)
     monitor = RankMonitor(run, env.rank, env.world_size, attempt, stall_after_s=cfg.dist.stall_after_s).start()
     preempted: Any = None
     try:
@@ -79,9 +79,11 @@ def _seed(torch: Any, seed: int) -> None:
         pass
 
 
-def _set_threads(torch: Any, local_world_size: int) -> None:
+def _set_threads(torch: Any, local_world_size: int, threads: int | None) -> None:
     """One share of the cores per rank (torchrun sets OMP_NUM_THREADS=1 for the same reason)."""
-    if "OMP_NUM_THREADS" in os.environ:
+    if threads:
+        torch.set_num_threads(threads)
+    elif "OMP_NUM_THREADS" in os.environ:
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     else:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, local_world_size)))

@@ -57,6 +57,7 @@ class Dashboard:
         self.badges = w.HTML()
         self.health = w.HTML()
         self.stacks = w.HTML()
+        self.report = w.HTML()
         self.image = w.Image(format="png", layout=w.Layout(max_width="100%"))
         self.failure = w.HTML(layout=w.Layout(display="none"))
         self.error = w.HTML()
@@ -67,7 +68,7 @@ class Dashboard:
         self.log = w.HTML()
         header = w.HBox([self.title, self.progress, self.eta, self.cancel_button])
         self.widget = w.VBox([header, self.badges, self.health, self.image, self.failure, self.stacks,
-                              self.rank_select, self.log, self.error])
+                              self.report, self.rank_select, self.log, self.error])
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         return self.widget._repr_mimebundle_(**kwargs)
@@ -139,6 +140,8 @@ class Dashboard:
         if state.done:
             self.cancel_button.disabled = True
             self.cancel_button.description = state.state
+            if state.state == "finished" and not self.report.value:
+                self.report.value = report_html(self.run)
 
     def _show_progress(self, state: DashboardState) -> None:
         total = state.total_steps or max(state.step, 1)
@@ -202,6 +205,15 @@ def health_html(health: dict[str, Any]) -> str:
         parts.append("✘ data shards overlap or do not reshuffle")
     parts += [f"⚠ {html.escape(text)}" for text in health.get("warnings", [])[:3]]
     return "<span style='font-size:90%'>" + " · ".join(parts) + "</span>" if parts else ""
+
+
+def report_html(run: Run) -> str:
+    """The end-of-run report (time split, communication, stragglers, memory, advice), folded."""
+    from workbench.analysis import format_report
+
+    text = format_report(run.report())
+    return (f"<details><summary>report: where the step time goes and what would help</summary>"
+            f"<pre style='font-size:80%'>{html.escape(text)}</pre></details>")
 
 
 def stacks_html(stacks: dict[int, str]) -> str:
