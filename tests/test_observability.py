@@ -99,11 +99,13 @@ def test_script_without_set_epoch_is_reported(tmp_path):
 
 
 def test_shard_report_logic():
-    ok = shard_report([[[0, 2], [2, 0]], [[1, 3], [3, 1]]], 4, shuffle=True)
+    ok = shard_report([[0, 2], [1, 3]], [True, True], 4, shuffle=True)
     assert ok["ok"] and ok["covered_fraction"] == 1.0
-    overlap = shard_report([[[0, 1], [1, 0]], [[1, 2], [2, 1]]], 4, shuffle=True)
+    overlap = shard_report([[0, 1], [1, 2]], [True, True], 4, shuffle=True)
     assert not overlap["disjoint"]
-    frozen = shard_report([[[0, 2], [0, 2]], [[1, 3], [1, 3]]], 4, shuffle=True)
+    padded = shard_report([[0, 2], [1, 0]], [True, True], 3, shuffle=True)  # 3 samples, 2 ranks: one repeat
+    assert padded["disjoint"] and padded["padded"] == 1
+    frozen = shard_report([[0, 2], [1, 3]], [False, False], 4, shuffle=True)
     assert frozen["disjoint"] and not frozen["reshuffles"] and not frozen["ok"]
 
 

@@ -86,33 +86,38 @@ def _divergence(table: torch.Tensor, names: list[str]) -> dict[str, Any]:
 
 
 def check_shards(sampler: Any, monitor: RankMonitor, is_main: bool) -> dict[str, Any] | None:
-    """At start: are the ranks' shards disjoint, what do they cover, does set_epoch reshuffle?"""
+    """At start: are the ranks' shards disjoint, what do they cover, does set_epoch reshuffle?
+
+    Each rank's epoch-0 indices travel in one tensor all_gather (shards have equal length); whether
+    its own order changes from epoch 0 to 1 rides along as the last element."""
     dataset_size = len(sampler.dataset)
     if dataset_size > MAX_SHARD_CHECK_SAMPLES:
         if is_main:
             monitor.event("shard_check", skipped=f"dataset of {dataset_size} samples is too large to check")
         return None
     skip, epoch = sampler.skip, sampler.epoch
-    mine = []
+    orders = []
     for e in (0, 1):
         sampler.set_epoch(e)
-        mine.append(list(sampler))
+        orders.append(list(sampler))
     sampler.set_epoch(epoch, skip=skip)
-    everyone: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, mine)
-    result = shard_report(everyone, dataset_size, sampler.shuffle)
+    mine = torch.tensor(orders[0] + [int(orders[0] != orders[1])], dtype=torch.int64)
+    everyone = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(everyone, mine)
+    result = shard_report([t[:-1].tolist() for t in everyone], [bool(t[-1]) for t in everyone],
+                          dataset_size, sampler.shuffle)
     if is_main:
         monitor.event("shard_check", **result)
     return result
 
 
-def shard_report(shards: list[list[list[int]]], dataset_size: int, shuffle: bool) -> dict[str, Any]:
-    """shards[rank][epoch] -> indices; disjoint within an epoch, coverage, reshuffled between epochs."""
-    first = [set(s[0]) for s in shards]
-    union = set().union(*first)
-    total = sum(len(s[0]) for s in shards)
+def shard_report(shards: list[list[int]], reshuffled: list[bool], dataset_size: int,
+                 shuffle: bool) -> dict[str, Any]:
+    """shards[rank] -> epoch-0 indices: disjoint (but for the sampler's padding), coverage, reshuffling."""
+    union = set().union(*map(set, shards))
+    total = sum(len(s) for s in shards)
     padding = max(0, total - dataset_size)  # DistributedSampler pads (repeats) when not drop_last
     disjoint = total - len(union) <= padding
-    reshuffles = any(s[0] != s[1] for s in shards)
+    reshuffles = any(reshuffled)
     return {"disjoint": disjoint, "covered_fraction": len(union) / max(1, dataset_size), "padded": padding,
             "reshuffles": reshuffles, "ok": disjoint and (reshuffles or not shuffle)}
