@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from workbench.scaling import effective_batch
+
 if TYPE_CHECKING:
     from workbench.config import JobConfig
 
@@ -151,7 +153,7 @@ def communication_advice(frame: pd.DataFrame, cfg: JobConfig, threshold: float =
     if not share > threshold:
         return []
     t, rate = cfg.train, float(b["samples_per_s"].sum())
-    batch = t.micro_batch_size * t.grad_accum_steps * len(b)
+    batch = effective_batch(t.micro_batch_size, t.grad_accum_steps, len(b))
     gain = amdahl_gain(share, 2.0)
     predicted = f"predicted {gain:.2f}x throughput ({rate:,.0f} -> {rate * gain:,.0f} samples/s)"
     advice = [

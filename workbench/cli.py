@@ -204,6 +204,17 @@ def _print_failure(run: Any) -> None:
         print(f"[workbench] {failure}\n{failure.traceback}", file=sys.stderr)
 
 
+def parse_world_sizes(text: str) -> list[int]:
+    """"1,2,4,8" -> [1, 2, 4, 8]; anything else is a ConfigError naming --world-sizes."""
+    try:
+        sizes = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1:
+        raise ConfigError([f"--world-sizes: expected positive whole numbers separated by commas, got {text!r}"])
+    return sizes
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from workbench.launch.export import sbatch_script, torchrun_command
 
@@ -216,7 +227,7 @@ def cmd_table(args: argparse.Namespace) -> int:
     from workbench.scaling import scaling_table
 
     cfg = load_config(args)
-    sizes = [int(s) for s in args.world_sizes.split(",") if s.strip()]
+    sizes = parse_world_sizes(args.world_sizes)
     table = scaling_table(cfg, sizes, rule=args.rule, dataset_size=args.dataset_size, compare_rules=args.compare)
     print(table.to_string(index=False))
     return 0
@@ -232,7 +243,7 @@ def cmd_bench_scaling(args: argparse.Namespace) -> int:
 
     from workbench.launch.run import RunFailed
 
-    sizes = [int(s) for s in args.world_sizes.split(",") if s.strip()]
+    sizes = parse_world_sizes(args.world_sizes)
     try:
         frame = benchmark_scaling(load_config(args), sizes, steps=args.steps, warmup_steps=args.warmup_steps)
     except RunFailed as exc:

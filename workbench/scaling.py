@@ -57,7 +57,9 @@ class Scaled:
 
 def scaled(cfg: JobConfig, world_size: int | None = None, rule: str | None = None) -> Scaled:
     """lr, warmup and effective batch of `cfg` at `world_size` (default: the config's own)."""
-    n = world_size or cfg.world_size
+    n = cfg.world_size if world_size is None else world_size
+    if n < 1:
+        raise ValueError(f"world size must be >= 1, got {n}")
     rule = rule or cfg.scaling.rule
     m = multiplier(n, cfg.train.lr_ref_world_size, rule, cfg.scaling.cap)
     warm_m = m if cfg.scaling.scale_warmup else 1.0

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from workbench import analysis
 from workbench.configtypes import ConfigError
+from workbench.scaling import effective_batch
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -149,7 +150,7 @@ def _measure(run: Run, cfg: JobConfig, warmup_steps: int) -> dict[str, Any]:
     mem = analysis.memory_imbalance(frame)
     t = cfg.train
     return {"world_size": cfg.world_size, "nodes": cfg.dist.nodes, "procs_per_node": cfg.dist.procs_per_node,
-            "effective_batch": t.micro_batch_size * t.grad_accum_steps * cfg.world_size,
+            "effective_batch": effective_batch(t.micro_batch_size, t.grad_accum_steps, cfg.world_size),
             "samples_per_s": float(b["samples_per_s"].sum()), **split.to_dict(),
             "comm_share": analysis.communication_share(b), "mem_mb_per_rank": mem["max_mb"],
             "mem_imbalance": mem["ratio"], "steps": int(b["steps"].min()), "run_dir": str(run.folder)}

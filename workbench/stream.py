@@ -22,7 +22,7 @@ class JsonlWriter:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._fh = open(path, "a", buffering=1)  # line-buffered: every record reaches the file
-        if self._fh.tell() and not path.read_bytes().endswith(b"\n"):
+        if self._fh.tell() and not _ends_with_newline(path):
             self._fh.write("\n")  # an earlier attempt died mid-line: keep our first record whole
         self._lock = threading.Lock()  # the heartbeat thread writes events too: whole lines only
 
@@ -37,14 +37,10 @@ class JsonlWriter:
             self._fh.close()
 
 
-class NullWriter:
-    """The writer of a rank that does not write a given stream."""
-
-    def write(self, record: dict[str, Any]) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
+def _ends_with_newline(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        fh.seek(-1, 2)
+        return fh.read(1) == b"\n"
 
 
 class JsonlTail:
@@ -92,15 +88,17 @@ class MultiTail:
         self.pattern = pattern
         self.tails: dict[Path, JsonlTail] = {}
         self.records: list[dict[str, Any]] = []
+        self._lock = threading.Lock()  # a dashboard thread and notebook cells may poll together
 
     def poll(self) -> list[dict[str, Any]]:
         """New records since the last poll (also appended to self.records)."""
-        if self.folder.is_dir():
-            for path in sorted(self.folder.glob(self.pattern)):
-                self.tails.setdefault(path, JsonlTail(path))
-        new = [rec for tail in self.tails.values() for rec in tail.read_new()]
-        self.records.extend(new)
-        return new
+        with self._lock:
+            if self.folder.is_dir():
+                for path in sorted(self.folder.glob(self.pattern)):
+                    self.tails.setdefault(path, JsonlTail(path))
+            new = [rec for tail in self.tails.values() for rec in tail.read_new()]
+            self.records.extend(new)
+            return new
 
     def frame(self, sort_by: Iterable[str] = ("step", "rank")) -> pd.DataFrame:
         self.poll()
@@ -118,9 +116,14 @@ class RankFrames:
         self.records = 0
         self.version = 0
         """Bumped whenever new records arrive."""
+        self._lock = threading.Lock()
 
     def poll(self) -> list[dict[str, Any]]:
         """Read what every rank appended since the last poll; returns the new records."""
+        with self._lock:  # a dashboard thread and notebook cells may poll together
+            return self._poll()
+
+    def _poll(self) -> list[dict[str, Any]]:
         import pandas as pd
 
         if self.folder.is_dir():
@@ -144,7 +147,9 @@ class RankFrames:
 
         from workbench.plots import thin
 
-        parts = [thin(f, max_points) if max_points else f for _, f in sorted(self.frames.items())]
+        with self._lock:
+            frames = sorted(self.frames.items())
+        parts = [thin(f, max_points) if max_points else f for _, f in frames]
         if not parts:
             return pd.DataFrame()
         frame = pd.concat(parts, ignore_index=True)
@@ -176,8 +181,3 @@ def to_frame(records: list[dict[str, Any]], sort_by: Iterable[str] = ()) -> pd.D
     if keys and len(frame):
         frame = frame.sort_values(keys, kind="stable").reset_index(drop=True)
     return frame
-
-
-def read_all(folder: Path, sort_by: Iterable[str] = ("step", "rank")) -> pd.DataFrame:
-    """Every complete record of every rank file in `folder` as one DataFrame."""
-    return MultiTail(folder).frame(sort_by)

@@ -24,8 +24,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cfg = JobConfig.from_yaml(args.config).with_overrides(args.set)
     run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none")
-    if run_id == "none":  # torchrun without --rdzv-id: the port is what all ranks share
-        run_id = f"port{os.environ.get('MASTER_PORT', '0')}"
+    if run_id == "none" and not args.run_dir:
+        parser.error("every rank must write to the same run folder: give --run-dir DIR, or run torchrun "
+                     "with --standalone (or --rdzv-id) so the run id names a fresh folder")
     run_dir = args.run_dir or str(default_run_dir(cfg, suffix=f"torchrun-{run_id}"))
     if os.environ.get("RANK", "0") == "0":
         prepare_run_dir(run_dir, cfg, executor="torchrun")

@@ -45,7 +45,10 @@ def save_checkpoint(run: RunDir, step: int, state: dict[str, Any], keep: int) ->
     path = run.checkpoint(step)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    torch.save(state, tmp)
+    with open(tmp, "wb") as fh:
+        torch.save(state, fh)
+        fh.flush()
+        os.fsync(fh.fileno())  # on disk before the rename makes it the latest
     os.replace(tmp, path)
     for old in list_checkpoints(run)[:-keep]:
         old.unlink(missing_ok=True)
@@ -59,9 +62,14 @@ def list_checkpoints(run: RunDir) -> list[Path]:
     return sorted(p for p in run.checkpoints.glob("step-*.pt"))
 
 
-def latest_checkpoint(run: RunDir) -> Path | None:
-    found = list_checkpoints(run)
-    return found[-1] if found else None
+def load_latest(run: RunDir) -> tuple[Path, dict[str, Any]] | None:
+    """The newest checkpoint that loads; an unreadable one (a node crashed under it) is skipped."""
+    for path in reversed(list_checkpoints(run)):
+        try:
+            return path, load_checkpoint(path)
+        except Exception as exc:  # noqa: BLE001 - truncated or corrupt: fall back to the one before
+            print(f"[workbench] skipping unreadable checkpoint {path}: {exc}", flush=True)
+    return None
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:

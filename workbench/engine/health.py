@@ -40,8 +40,9 @@ class HealthCheck:
         """One all_gather of [checksums..., median work time]; rank 0 writes the findings."""
         started = time.perf_counter()
         mine = torch.cat([self._checksums(), torch.tensor([self._median_work()], dtype=torch.float64)])
+        mine = mine.to(self.device)  # NCCL gathers device tensors only
         everyone = [torch.empty_like(mine) for _ in range(self.env.world_size)]
-        dist.all_gather(everyone, mine.to(self.device))
+        dist.all_gather(everyone, mine)
         table = torch.stack([t.cpu() for t in everyone])
         found = {"in_sync": True, "diverged_ranks": [], "first_diverged": None}
         found.update(_divergence(table[:, :-1], self.names))
@@ -76,16 +77,20 @@ def _checked_tensors(module: torch.nn.Module) -> tuple[list[str], list[torch.Ten
 
 
 def _divergence(table: torch.Tensor, names: list[str]) -> dict[str, Any]:
-    """Ranks whose checksums differ from rank 0's, and the first tensor that differs."""
-    differs = (table != table[0]).view(table.shape[0], -1, 2).any(dim=2)  # [rank, tensor]
+    """Ranks whose checksums differ from rank 0's, the first tensor that differs, and ranks whose
+    parameters are not finite (NaN/inf: a numerical problem, not a replica divergence)."""
+    nonfinite = [r for r in range(table.shape[0]) if not torch.isfinite(table[r]).all()]
+    same = (table == table[0]) | (torch.isnan(table) & torch.isnan(table[0]))
+    differs = (~same).view(table.shape[0], -1, 2).any(dim=2)  # [rank, tensor]
     ranks = [r for r in range(table.shape[0]) if differs[r].any()]
-    if not ranks:
-        return {}
-    first = int(differs.any(dim=0).nonzero()[0])
-    return {"in_sync": False, "diverged_ranks": ranks, "first_diverged": names[first]}
+    found: dict[str, Any] = {"nonfinite_ranks": nonfinite} if nonfinite else {}
+    if ranks:
+        first = int(differs.any(dim=0).nonzero()[0])
+        found.update(in_sync=False, diverged_ranks=ranks, first_diverged=names[first])
+    return found
 
 
-def check_shards(sampler: Any, monitor: RankMonitor, is_main: bool) -> dict[str, Any] | None:
+def check_shards(sampler: Any, monitor: RankMonitor, is_main: bool, device: str = "cpu") -> dict[str, Any] | None:
     """At start: are the ranks' shards disjoint, what do they cover, does set_epoch reshuffle?
 
     Each rank's epoch-0 indices travel in one tensor all_gather (shards have equal length); whether
@@ -101,9 +106,10 @@ def check_shards(sampler: Any, monitor: RankMonitor, is_main: bool) -> dict[str,
         sampler.set_epoch(e)
         orders.append(list(sampler))
     sampler.set_epoch(epoch, skip=skip)
-    mine = torch.tensor(orders[0] + [int(orders[0] != orders[1])], dtype=torch.int64)
+    mine = torch.tensor(orders[0] + [int(orders[0] != orders[1])], dtype=torch.int64, device=device)
     everyone = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
     dist.all_gather(everyone, mine)
+    everyone = [t.cpu() for t in everyone]
     result = shard_report([t[:-1].tolist() for t in everyone], [bool(t[-1]) for t in everyone],
                           dataset_size, sampler.shuffle)
     if is_main:

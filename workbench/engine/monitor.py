@@ -19,7 +19,7 @@ import time
 import traceback
 from typing import Any, Iterator
 
-from workbench.rundir import RunDir, write_json_atomic
+from workbench.rundir import RunDir, read_json, write_json_atomic
 from workbench.stream import JsonlWriter
 
 PEER_FAILED_EXIT_CODE = 75
@@ -40,6 +40,7 @@ class RankMonitor:
         self.state = "starting"
         self.in_sync: bool | None = None
         self.stall_after_s = stall_after_s
+        self.lost_after_s = max(60.0, 30 * heartbeat_s)
         self.stalled = False
         self._progress = (0, time.time())  # (step, when it was first seen)
         self.saving = threading.Lock()
@@ -94,6 +95,8 @@ class RankMonitor:
 
     def close(self, state: str | None = None) -> None:
         self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)  # a beat in flight must not overwrite the final state
         if state:
             self.set_state(state)
         self.metrics.close()
@@ -106,6 +109,7 @@ class RankMonitor:
         while not self._stop.wait(self._heartbeat_s):
             self._watch_progress()
             self.write_status()
+            self._watch_neighbour()
             peers = self.failed_peers()
             if peers and not self._stop.is_set():
                 self._abort(peers)
@@ -118,6 +122,23 @@ class RankMonitor:
             self.stalled = True
             self.dump_stacks()
             self.event("stalled", silent_s=round(now - self._progress[1], 1), stacks=str(self.run.stacks(self.rank)))
+
+    def _watch_neighbour(self, now: float | None = None) -> None:
+        """Each rank watches the next one's heartbeat (a ring: one file read per beat whatever the
+        world size).  A neighbour silent for lost_after_s is reported lost with an error file, which
+        every rank sees: the run stops instead of waiting out the process-group timeout (NCCL
+        notices a vanished peer only then)."""
+        peer = (self.rank + 1) % self.world_size
+        if peer == self.rank or self.run.error(peer).exists():
+            return
+        data = read_json(self.run.status(peer))
+        silent = (now or time.time()) - float(data.get("time", 0)) if data else 0.0
+        if data and data.get("state") in ("starting", "running") and silent > self.lost_after_s:
+            write_json_atomic(self.run.error(peer), {
+                "rank": peer, "type": "Lost", "traceback": "", "time": time.time(), "step": data.get("step"),
+                "host": data.get("host", ""), "attempt": self.attempt, "reported_by": self.rank,
+                "message": f"rank {peer} sent no heartbeat for {silent:.0f} s (killed, out of memory, or its "
+                           f"node failed); noticed by rank {self.rank}"})
 
     def dump_stacks(self) -> None:
         """Every thread's Python stack of this rank, into stacks/rank{R}.txt."""

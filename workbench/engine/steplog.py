@@ -18,11 +18,12 @@ from workbench.engine.monitor import RankMonitor
 class StepLogger:
     def __init__(self, monitor: RankMonitor, world_size: int, device: str):
         self.monitor, self.world_size, self.device = monitor, world_size, device
-        self._pending: tuple[Any, torch.Tensor, dict[str, Any]] | None = None
+        self._pending: tuple[Any, torch.Tensor, dict[str, Any] | None] | None = None
         self._stop_seen = False
 
-    def log(self, record: dict[str, Any], loss_sum: torch.Tensor, stop: bool) -> bool:
-        """Start reducing this step's loss; returns whether any rank asked to stop (previous logged step)."""
+    def log(self, record: dict[str, Any] | None, loss_sum: torch.Tensor, stop: bool) -> bool:
+        """Start reducing this step's loss (and stop flag); returns whether any rank asked to stop,
+        as of the previous call.  With record None only the flag matters: nothing is written."""
         self.flush()
         stop_seen, self._stop_seen = self._stop_seen, False
         reduced = torch.stack([loss_sum.detach().float(), torch.tensor(float(stop), device=self.device)])
@@ -42,7 +43,8 @@ class StepLogger:
         self._pending = None
         work.wait()
         values = reduced.tolist()  # a host sync point on GPU
-        record["loss_reduced"] = values[0] / self.world_size
-        self.monitor.metrics.write(record)
+        if record is not None:
+            record["loss_reduced"] = values[0] / self.world_size
+            self.monitor.metrics.write(record)
         self._stop_seen = self._stop_seen or values[1] > 0
         return self._stop_seen

@@ -20,7 +20,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from workbench.config import JobConfig
 from workbench.engine.commtiming import attach as attach_comm_timer
-from workbench.engine.checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from workbench.engine.checkpoint import load_latest, rng_state, save_checkpoint, set_rng_state
 from workbench.engine.data import eval_loader, start_epoch, to_device, train_loader
 from workbench.engine.env import DistEnv
 from workbench.engine.monitor import RankMonitor
@@ -30,7 +30,11 @@ from workbench.engine.health import HealthCheck, check_shards
 from workbench.engine.steplog import StepLogger
 from workbench.engine.tasks import Task
 from workbench.rundir import RunDir
-from workbench.scaling import describe_change, scaled
+from workbench.scaling import describe_change, effective_batch, scaled
+
+
+# A preemption signal is shared across ranks on logged steps, and at least this often.
+STOP_CHECK_EVERY_STEPS = 10
 
 
 class Trainer:
@@ -71,7 +75,9 @@ class Trainer:
     # --- the loop --------------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
         self._start_event()
-        check_shards(self.loader.sampler, self.monitor, self.env.is_main)
+        check_shards(self.loader.sampler, self.monitor, self.env.is_main, self.device)
+        if self.step >= self.total_steps:  # resumed a run that had already reached its end
+            self.stop_reason = "max_steps"
         while not self.stop_reason:
             batches = start_epoch(self.loader, self.epoch, self.micro_in_epoch * self.cfg.train.micro_batch_size,
                                   self.cfg.train.seed, self.env.rank)
@@ -80,8 +86,7 @@ class Trainer:
                 self.after_step()
             if not self.stop_reason:
                 self.end_epoch()
-        if self.steplog.flush() and not self.stop_reason:
-            self.stop_reason = "preempted"
+        self.steplog.flush()  # the last step's record
         if self.step and self.saved_step != self.step:
             self.save()
         return self.summary()
@@ -116,20 +121,22 @@ class Trainer:
         self.monitor.step = self.step
         step_time = time.perf_counter() - t0
         self.health.record_work_time(step_time - (comm_wait if comm_wait == comm_wait else 0.0))  # NaN: not measured
-        if self.step % self.cfg.train.log_every_steps == 0:
-            self.log_step(loss_sum, lr, {"step_time_s": step_time, "data_time_s": data_time,
-                                         "comm_wait_s": comm_wait, "comm_busy_s": comm_busy})
+        logged = self.step % self.cfg.train.log_every_steps == 0
+        if logged or self.step % STOP_CHECK_EVERY_STEPS == 0:
+            timings = {"step_time_s": step_time, "data_time_s": data_time, "comm_wait_s": comm_wait,
+                       "comm_busy_s": comm_busy}
+            record = self.record(loss_sum, lr, timings) if logged else None
+            if self.steplog.log(record, loss_sum, self.preempt.requested):
+                self.stop_reason = "preempted"  # some rank was signalled; all ranks see it at this step
 
-    def log_step(self, loss_sum: torch.Tensor, lr: float, timings: dict[str, float]) -> None:
+    def record(self, loss_sum: torch.Tensor, lr: float, timings: dict[str, float]) -> dict[str, Any]:
         samples = self.cfg.train.micro_batch_size * self.accum
-        record = {
+        return {
             "rank": self.env.rank, "step": self.step, "epoch": self.epoch, "time": time.time(),
             "loss": loss_sum.item(), "lr": lr,  # .item() is a host sync point on GPU
             **timings, "samples_per_s": samples / timings["step_time_s"],
             "mem_mb": self._memory_mb(), "attempt": self.monitor.attempt,
         }
-        if self.steplog.log(record, loss_sum, self.preempt.requested):
-            self.stop_reason = "preempted"  # some rank was signalled; all ranks see it at this step
 
     def after_step(self) -> None:
         t = self.cfg.train
@@ -171,7 +178,7 @@ class Trainer:
                 out = module(inputs)
                 n = len(target)
                 values = [self.task.loss_fn(out, target), *(fn(out, target) for fn in self.task.metrics.values())]
-                sums[:-1] += torch.stack([torch.as_tensor(v, dtype=torch.float64) for v in values]) * n
+                sums[:-1] += torch.stack([torch.as_tensor(v, dtype=torch.float64, device=self.device) for v in values]) * n
                 sums[-1] += n
         module.train()
         dist.all_reduce(sums)  # sums and counts: exact for uneven shards
@@ -229,10 +236,10 @@ class Trainer:
 
     def resume(self) -> bool:
         """Load the run's latest checkpoint, if any; returns whether one was loaded."""
-        path = latest_checkpoint(self.run)
-        if path is None:
+        found = load_latest(self.run)
+        if found is None:
             return False
-        state = load_checkpoint(path)
+        path, state = found
         self.model.module.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
@@ -275,7 +282,7 @@ class Trainer:
 
 
 def _too_small_message(cfg: JobConfig, world: int, n: int) -> str:
-    per_step = cfg.train.micro_batch_size * cfg.train.grad_accum_steps * world
+    per_step = effective_batch(cfg.train.micro_batch_size, cfg.train.grad_accum_steps, world)
     return (f"train.micro_batch_size: the training set has {n} samples but one optimizer step needs "
             f"{per_step} (micro_batch_size x grad_accum_steps x world_size); lower micro_batch_size "
             f"or grad_accum_steps, or use fewer ranks")

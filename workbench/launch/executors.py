@@ -39,11 +39,12 @@ def slurm_executor(cfg: JobConfig, run: RunDir) -> submitit.SlurmExecutor:
 
 def slurm_parameters(cfg: JobConfig, run: RunDir | None = None) -> dict[str, Any]:
     s = cfg.launch.slurm
+    minutes = parse_time_limit(cfg.launch.time_limit)
     params: dict[str, Any] = {
         "job_name": f"wb-{cfg.launch.name or cfg.task.name.split(':')[-1].strip('<>')}"[:40],
         "nodes": cfg.dist.nodes, "ntasks_per_node": cfg.dist.procs_per_node,
-        "cpus_per_task": s.cpus_per_task, "time": parse_time_limit(cfg.launch.time_limit),
-        "signal_delay_s": 90 if parse_time_limit(cfg.launch.time_limit) > 5 else 30,
+        "cpus_per_task": s.cpus_per_task, "time": minutes,
+        "signal_delay_s": 90 if minutes > 5 else 30,  # SIGUSR2 this long before the limit
         "setup": list(s.setup), "additional_parameters": dict(s.sbatch_options),
     }
     optional = {"partition": s.partition, "account": s.account, "qos": s.qos, "mem": s.mem,

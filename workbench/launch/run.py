@@ -94,7 +94,8 @@ class Run:
         ranks = rank_statuses(self.dir, self.world_size, done)
         state = overall_state(self.dir, ranks, done, bool(self.meta.get("cancelled")))
         step = min((r.step for r in ranks), default=0)
-        return RunStatus(state, ranks, step, total_steps(self.dir), _job_state(self.job))
+        self._events.poll()
+        return RunStatus(state, ranks, step, total_steps(self._events.records), _job_state(self.job))
 
     def wait(self, timeout: float | None = None, poll_s: float = 0.5,
              on_poll: Callable[[Run], None] | None = None) -> RunStatus:

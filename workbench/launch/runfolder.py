@@ -24,12 +24,25 @@ def prepare_run_dir(run_dir: str | Path, cfg: JobConfig, executor: str, **facts:
     run = RunDir(Path(run_dir)).create()
     cfg.to_yaml(run.config)
     meta = read_json(run.meta, {}) or {}
+    if meta:
+        forget_last_attempt(run, meta)
     meta.update({"executor": executor, "world_size": cfg.world_size, "nodes": cfg.dist.nodes,
                  "procs_per_node": cfg.dist.procs_per_node, "user": getpass.getuser(),
                  "submit_host": socket.gethostname(), **facts})
     meta.setdefault("created", time.time())
     write_json_atomic(run.meta, meta)
     return run
+
+
+def forget_last_attempt(run: RunDir, meta: dict[str, Any]) -> None:
+    """A run folder used again (continue from its checkpoint): the last attempt's end is history.
+    Errors, statuses, stacks, summary and the cancel mark go; metrics, events, logs and
+    checkpoints stay."""
+    for kind in ("errors", "status", "stacks"):
+        for path in (run.root / kind).glob("rank*"):
+            path.unlink(missing_ok=True)
+    run.summary.unlink(missing_ok=True)
+    meta.pop("cancelled", None)
 
 
 def record_job(run: RunDir, job: Any) -> None:

@@ -79,10 +79,12 @@ def rank_statuses(run: RunDir, world_size: int, job_done: bool, now: float | Non
 def overall_state(run: RunDir, ranks: list[RankStatus], job_done: bool, cancelled: bool) -> str:
     if cancelled and job_done:
         return "cancelled"
-    if run.ranks_with("errors") or any(r.state in ("failed", "lost") for r in ranks):
+    if run.ranks_with("errors") or any(r.state == "failed" for r in ranks):
         return "failed"
-    if read_json(run.summary):
+    if read_json(run.summary):  # every rank trained to the end together; a late "lost" is moot
         return "finished"
+    if any(r.state == "lost" for r in ranks):
+        return "failed"
     if job_done:
         return "finished" if ranks and all(r.state == "finished" for r in ranks) else "failed"
     if any(r.state not in ("pending",) for r in ranks):
@@ -90,13 +92,9 @@ def overall_state(run: RunDir, ranks: list[RankStatus], job_done: bool, cancelle
     return "pending"
 
 
-def total_steps(run: RunDir) -> int | None:
-    """The planned number of steps, from rank 0's start event."""
-    from workbench.stream import JsonlTail
-
-    for record in JsonlTail(run.events(0)).read_new():
-        if record.get("event") == "start":
-            return record.get("total_steps")
-    return None
+def total_steps(events: list[dict]) -> int | None:
+    """The planned number of steps, from rank 0's latest start event (a resume may change it)."""
+    starts = [r for r in events if r.get("event") == "start" and r.get("rank") == 0 and "total_steps" in r]
+    return starts[-1]["total_steps"] if starts else None
 
 

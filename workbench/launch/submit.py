@@ -14,9 +14,12 @@ from workbench.launch.runfolder import default_run_dir, prepare_run_dir, record_
 from workbench.launch.worker import RankEntry
 
 
-def check_before_submit(cfg: JobConfig) -> None:
+def check_before_submit(cfg: JobConfig, task: Any = None) -> None:
     """Config problems plus, for SLURM, what the cluster says: all raised together as ConfigError."""
     problems = cfg.problems()
+    if task is None and cfg.task.name.startswith("<") and not cfg.task.name.startswith("<script"):
+        problems.append(f"task.name: {cfg.task.name} was a Python object passed as task=; pass it again "
+                        "(workbench.submit(cfg, task=...)) or name a factory as package.module:function")
     if cfg.launch.executor == "slurm":
         from workbench.launch.slurm_checks import slurm_problems
 
@@ -33,7 +36,7 @@ def submit(cfg: JobConfig, task: Callable[..., Any] | None = None, run_dir: str 
     earlier run continues it from its latest checkpoint."""
     if task is not None:
         cfg = cfg.replace(task__name=factory_label(task))
-    check_before_submit(cfg)
+    check_before_submit(cfg, task)
     run = prepare_run_dir(run_dir or default_run_dir(cfg), cfg, cfg.launch.executor)
     executor, task_env = make_executor(cfg, run)
     entry = RankEntry(cfg.to_dict(), str(run.root), task_env, task)
