@@ -140,6 +140,7 @@ class Dashboard:
         if state.done:
             self.cancel_button.disabled = True
             self.cancel_button.description = state.state
+            self.cancel_button.button_style = {"finished": "success", "failed": "danger"}.get(state.state, "")
             if state.state == "finished" and not self.report.value:
                 self.report.value = report_html(self.run)
 
