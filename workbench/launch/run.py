@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from dataclasses import dataclass
@@ -76,8 +77,9 @@ class Run:
     def config(self) -> JobConfig:
         return JobConfig.from_yaml(self.dir.config)
 
-    @property
+    @functools.cached_property
     def world_size(self) -> int:
+        """Fixed for the life of a handle (read once from run.json, not on every poll)."""
         return int(self.meta.get("world_size", 1))
 
     def __repr__(self) -> str:
