@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from workbench.scaling import effective_batch
+from workbench.stragglers import slower_than_others
 
 if TYPE_CHECKING:
     from workbench.config import JobConfig
@@ -102,14 +103,11 @@ def stragglers(frame: pd.DataFrame, threshold: float = STRAGGLER_THRESHOLD,
     measured = b["comm_wait_s"].notna().all()
     own = (b["step_time_s"] - b["comm_wait_s"]) if measured else b["step_time_s"]
     rows = []
-    for i, rank in enumerate(b["rank"]):
-        others = float(own.drop(own.index[i]).median())
-        slower_by = float(own.iloc[i]) / others - 1 if others > 0 else math.nan
-        if slower_by > threshold:
-            extra = (float(own.iloc[i]) - others) / float(b["step_time_s"].median())
-            rows.append({"rank": int(rank), "own_time_s": float(own.iloc[i]), "others_median_s": others,
-                         "slower_by": slower_by, "step_share": extra,
-                         "basis": "data + compute" if measured else "step time"})
+    for i, (others, slower_by) in slower_than_others(own.tolist(), threshold).items():
+        extra = (float(own.iloc[i]) - others) / float(b["step_time_s"].median())
+        rows.append({"rank": int(b["rank"].iloc[i]), "own_time_s": float(own.iloc[i]), "others_median_s": others,
+                     "slower_by": slower_by, "step_share": extra,
+                     "basis": "data + compute" if measured else "step time"})
     return pd.DataFrame(rows, columns=STRAGGLER_COLUMNS)
 
 

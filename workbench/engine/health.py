@@ -19,6 +19,7 @@ import torch.distributed as dist
 
 from workbench.engine.env import DistEnv
 from workbench.engine.monitor import RankMonitor
+from workbench.stragglers import slower_than_others
 
 # Updated in every rank's own forward pass (BatchNorm statistics): legitimately rank-local.
 RANK_LOCAL_BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
@@ -61,13 +62,9 @@ class HealthCheck:
         return statistics.median(self.work_times) if self.work_times else 0.0
 
     def _report_stragglers(self, medians: list[float]) -> None:
-        """Each rank against the median of the others (with 2 ranks, the other one)."""
-        for rank, value in enumerate(medians):
-            others = medians[:rank] + medians[rank + 1:]
-            typical = statistics.median(others) if others else 0.0
-            if typical > 0 and value > typical * (1 + self.threshold):
-                self.monitor.event("straggler", straggler_rank=rank, median_work_s=value,
-                                   others_median_work_s=typical, slower_by=value / typical - 1)
+        for rank, (others, slower_by) in slower_than_others(medians, self.threshold).items():
+            self.monitor.event("straggler", straggler_rank=rank, median_work_s=medians[rank],
+                               others_median_work_s=others, slower_by=slower_by)
 
 
 def _checked_tensors(module: torch.nn.Module) -> tuple[list[str], list[torch.Tensor]]:

@@ -166,11 +166,11 @@ class Run:
             raise RuntimeError(f"run {self.folder} is {status.state}: no summary yet")
         return summary
 
-    def exception(self) -> RankFailure | None:
+    def exception(self, status: RunStatus | None = None) -> RankFailure | None:
         """The first failure: the earliest rank error, or a rank that vanished without one."""
         errors = [read_json(self.dir.error(r)) for r in self.dir.ranks_with("errors")]
         errors = sorted((e for e in errors if e), key=lambda e: e.get("time", 0))
-        lost = [r for r in self.status().ranks if r.state == "lost"]
+        lost = [r for r in (status or self.status()).ranks if r.state == "lost"]
         if lost:
             r = lost[0]
             return RankFailure(r.rank, "Lost", f"rank {r.rank} stopped without reporting an error "
@@ -180,14 +180,14 @@ class Run:
             return RankFailure(e["rank"], e["type"], e["message"], e["traceback"], e.get("host", ""))
         return None
 
-    def health(self) -> dict[str, Any]:
+    def health(self, status: RunStatus | None = None) -> dict[str, Any]:
         """What the ranks' own checks said, from their events (read incrementally): parameters in
         sync at the last check, stragglers, stalled ranks, data-sharding problems and warnings."""
         self._events.poll()
         for record in self._events.records[self._health_seen:]:
             _fold_health(self._health, record)
         self._health_seen = len(self._events.records)
-        stalled = [r.rank for r in self.status().ranks if r.stalled or r.silent]
+        stalled = [r.rank for r in (status or self.status()).ranks if r.stalled or r.silent]
         return {**self._health, "stalled_ranks": stalled}
 
     def stacks(self) -> dict[int, str]:

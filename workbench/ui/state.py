@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -113,9 +112,9 @@ def read_state(run: Run, cache: RankFrames, max_points: int) -> DashboardState:
     """Poll the run's files once and compute the state."""
     status = run.status()  # first: once it says done, every record is on disk before the poll
     cache.poll()
-    failure = run.exception() if status.state == "failed" else None
+    failure = run.exception(status) if status.state == "failed" else None
     state = dashboard_state(status, cache.frames, failure, run.job_done(), cache.frame(max_points), cache.records)
-    state.health = run.health()
+    state.health = run.health(status)  # the status just read: no second pass over the files
     state.stacks = run.stacks() if state.health["stalled_ranks"] else {}
     return state
 
