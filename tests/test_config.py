@@ -122,24 +122,24 @@ def test_default_config_is_valid_on_cpu_and_gpu():
 
 
 def test_micro_batch_size_zero():
-    cfg = JobConfig.from_dict({"train": {"micro_batch_size": 0}})
-    err = error_of(lambda: cfg.check(gpus=0))
+    err = error_of(lambda: JobConfig.from_dict({"train": {"micro_batch_size": 0}}))
     assert err.fields() == ["train.micro_batch_size"]
 
 
 def test_negative_lr():
-    cfg = JobConfig.from_dict({"train": {"lr": -1e-4}})
-    assert fields_of(cfg.problems(gpus=0)) == ["train.lr"]
+    err = error_of(lambda: JobConfig.from_dict({"train": {"lr": -1e-4}}))
+    assert err.fields() == ["train.lr"]
 
 
 def test_nan_lr_is_rejected():
-    cfg = JobConfig.from_dict({"train": {"lr": float("nan")}})
-    assert "train.lr" in fields_of(cfg.problems(gpus=0))
+    err = error_of(lambda: JobConfig.from_dict({"train": {"lr": float("nan")}}))
+    assert err.fields() == ["train.lr"]
+    assert "finite" in err.problems[0]
 
 
 def test_grad_accum_steps_zero():
-    cfg = JobConfig.from_dict({"train": {"grad_accum_steps": 0}})
-    assert fields_of(cfg.problems(gpus=0)) == ["train.grad_accum_steps"]
+    err = error_of(lambda: JobConfig.from_dict({"train": {"grad_accum_steps": 0}}))
+    assert err.fields() == ["train.grad_accum_steps"]
 
 
 @pytest.mark.parametrize("value", [1.5, "two", [2], True])
@@ -150,8 +150,8 @@ def test_grad_accum_steps_not_a_whole_number_when_loading(value):
 
 @pytest.mark.parametrize("value", [0, 1.5, "two"])
 def test_grad_accum_steps_not_a_positive_int_when_built_in_python(value):
-    cfg = JobConfig(train=TrainConfig(grad_accum_steps=value))
-    assert fields_of(cfg.problems(gpus=0)) == ["train.grad_accum_steps"]
+    err = error_of(lambda: JobConfig(train=TrainConfig(grad_accum_steps=value)))
+    assert err.fields() == ["train.grad_accum_steps"]
 
 
 def test_whole_float_is_accepted_as_int():
@@ -222,14 +222,14 @@ def test_fp16_on_cpu():
 
 @pytest.mark.parametrize("bad", ["abc", "1h", "1:2:3:4", "00:00:00", ""])
 def test_malformed_time_limit(bad):
-    cfg = JobConfig.from_dict({"launch": {"time_limit": bad}})
-    assert fields_of(cfg.problems(gpus=0)) == ["launch.time_limit"]
+    err = error_of(lambda: JobConfig.from_dict({"launch": {"time_limit": bad}}))
+    assert err.fields() == ["launch.time_limit"]
 
 
 @pytest.mark.parametrize("bad", ["16 gigs", "lots", "G16", "-4G"])
 def test_malformed_slurm_mem(bad):
-    cfg = JobConfig.from_dict({"launch": {"slurm": {"mem": bad}}})
-    assert fields_of(cfg.problems(gpus=0)) == ["launch.slurm.mem"]
+    err = error_of(lambda: JobConfig.from_dict({"launch": {"slurm": {"mem": bad}}}))
+    assert err.fields() == ["launch.slurm.mem"]
 
 
 @pytest.mark.parametrize("good", ["16G", "64000M", "1T", "512"])
@@ -238,14 +238,14 @@ def test_wellformed_slurm_mem(good):
 
 
 def test_prefetch_factor_without_workers():
-    cfg = JobConfig.from_dict({"data": {"prefetch_factor": 2}})
-    assert fields_of(cfg.problems(gpus=0)) == ["data.prefetch_factor"]
+    err = error_of(lambda: JobConfig.from_dict({"data": {"prefetch_factor": 2}}))
+    assert err.fields() == ["data.prefetch_factor"]
     assert JobConfig.from_dict({"data": {"prefetch_factor": 2, "num_workers": 2}}).problems(gpus=0) == []
 
 
 def test_local_executor_with_two_nodes():
-    cfg = JobConfig.from_dict({"dist": {"nodes": 2}})
-    assert fields_of(cfg.problems(gpus=0)) == ["dist.nodes"]
+    err = error_of(lambda: JobConfig.from_dict({"dist": {"nodes": 2}}))
+    assert err.fields() == ["dist.nodes"]
     slurm = JobConfig.from_dict({"dist": {"nodes": 2}, "launch": {"executor": "slurm"}})
     assert slurm.problems(gpus=0) == []
 
@@ -270,20 +270,29 @@ def test_task_as_importable_factory_is_fine():
 
 
 def test_several_validation_problems_are_reported_at_once():
-    cfg = JobConfig.from_dict({
+    err = error_of(lambda: JobConfig.from_dict({
         "train": {"micro_batch_size": 0, "lr": -1.0, "precision": "fp16"},
         "data": {"prefetch_factor": 2},
         "dist": {"backend": "nccl", "nodes": 2},
         "launch": {"time_limit": "soon", "slurm": {"mem": "lots"}},
         "task": {"name": "nosuchmodule:f"},
-    })
-    err = error_of(lambda: cfg.check(gpus=0))
+    }))
+    # Construction reports every value problem; the target's (fp16, nccl, the task) wait for problems().
     assert set(err.fields()) == {
-        "train.micro_batch_size", "train.lr", "train.precision", "data.prefetch_factor", "dist.backend",
-        "dist.nodes", "launch.time_limit", "launch.slurm.mem", "task.name",
+        "train.micro_batch_size", "train.lr", "data.prefetch_factor", "dist.nodes", "launch.time_limit",
+        "launch.slurm.mem",
     }
     for field in err.fields():
         assert field in str(err)
+
+
+def test_several_target_problems_are_reported_at_once():
+    cfg = JobConfig.from_dict({
+        "train": {"precision": "fp16"}, "dist": {"backend": "nccl"}, "task": {"name": "nosuchmodule:f"},
+    })
+    err = error_of(lambda: cfg.check(gpus=0))
+    assert set(err.fields()) == {"train.precision", "dist.backend", "task.name"}
+    assert fields_of(cfg.problems(gpus=2)) == ["task.name"]  # GPUs there: only the task is left
 
 
 def test_several_loading_problems_are_reported_at_once():

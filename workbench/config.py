@@ -1,24 +1,35 @@
-"""Typed job configuration: one keyword-only dataclass per section, YAML round trip, validation.
+"""Typed job configuration: one keyword-only, frozen dataclass per section, YAML round trip, validation.
 
-Every field has a docstring (the string literal under it); the widgets form and ``workbench
-explain`` read them from here.  Validation collects every problem at once and each message names
-the field and the fix.  YAML is read with a ``yaml.SafeLoader`` only: a config is data, never code.
+Every field has a docstring (the string literal under it); the widgets form and the CLI's help read
+them from here.  A config is valid by construction: building one -- ``JobConfig(...)``, a section such
+as ``TrainConfig(...)``, ``from_dict``, ``from_yaml``, ``replace``, ``with_overrides`` -- checks the
+types and values of every field (`workbench.validate` says which checks run when) and raises one
+ConfigError listing every problem, each naming the field and the fix.  A built config cannot be
+changed in place; derive a new one with ``replace`` or ``with_overrides``.  What only the target
+machine can tell (GPUs, an importable task) is checked by ``problems()`` / ``check()``, at submit
+time and by ``workbench check``, which prints every problem.  YAML is read with a
+``yaml.SafeLoader`` only: a config is data, never code.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
+import typing
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from workbench.configtypes import ConfigError, coerce, field_docs, unknown_key_message, yaml_load
+from workbench import validate
+from workbench.configtypes import ConfigError, coerce, field_docs, problem_fields, unknown_key_message, yaml_load
 
 Backend = Literal["auto", "nccl", "gloo", "xccl", "ccl"]
 Precision = Literal["fp32", "bf16", "fp16"]
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, frozen=True)
 class TaskConfig:
     name: str = "synthetic"
     """Built-in task ("synthetic", "charlm") or a user factory as "package.module:factory"."""
@@ -27,8 +38,11 @@ class TaskConfig:
     train_samples: int | None = None
     """Training-set size for steps-per-epoch in scaling tables; taken from the task when empty."""
 
+    def __post_init__(self) -> None:
+        _settle(self, "task")
 
-@dataclass(kw_only=True)
+
+@dataclass(kw_only=True, frozen=True)
 class DataConfig:
     num_workers: int = 0
     """DataLoader worker processes per rank (0 loads in the rank's main process)."""
@@ -41,8 +55,11 @@ class DataConfig:
     persistent_workers: bool = False
     """Keep DataLoader workers alive between epochs; needs num_workers > 0."""
 
+    def __post_init__(self) -> None:
+        _settle(self, "data")
 
-@dataclass(kw_only=True)
+
+@dataclass(kw_only=True, frozen=True)
 class EarlyStoppingConfig:
     metric: str = "val_loss"
     """Validation metric watched for early stopping."""
@@ -53,8 +70,11 @@ class EarlyStoppingConfig:
     min_delta: float = 0.0
     """Smallest change of the metric that counts as an improvement."""
 
+    def __post_init__(self) -> None:
+        _settle(self, "train.early_stopping")
 
-@dataclass(kw_only=True)
+
+@dataclass(kw_only=True, frozen=True)
 class TrainConfig:
     micro_batch_size: int = 32
     """Samples per rank per forward/backward pass (the per-GPU batch size)."""
@@ -97,8 +117,11 @@ class TrainConfig:
     early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)
     """Stop when a validation metric stops improving."""
 
+    def __post_init__(self) -> None:
+        _settle(self, "train")
 
-@dataclass(kw_only=True)
+
+@dataclass(kw_only=True, frozen=True)
 class ScalingConfig:
     rule: Literal["none", "linear", "sqrt", "capped"] = "linear"
     """How lr and warmup change with world size k = world_size / lr_ref_world_size:
@@ -108,8 +131,11 @@ class ScalingConfig:
     scale_warmup: bool = True
     """Scale warmup steps with the same multiplier as the lr."""
 
+    def __post_init__(self) -> None:
+        _settle(self, "scaling")
 
-@dataclass(kw_only=True)
+
+@dataclass(kw_only=True, frozen=True)
 class DistConfig:
     nodes: int = 1
     """Number of machines (SLURM nodes); local runs use 1."""
@@ -140,8 +166,11 @@ class DistConfig:
     stall_after_s: float = 300.0
     """Seconds without a finished step before a rank is reported stalled and its stacks are dumped."""
 
+    def __post_init__(self) -> None:
+        _settle(self, "dist")
 
-@dataclass(kw_only=True)
+
+@dataclass(kw_only=True, frozen=True)
 class SlurmConfig:
     partition: str | None = None
     """SLURM partition (empty = the cluster default)."""
@@ -162,8 +191,11 @@ class SlurmConfig:
     setup: list[str] = field(default_factory=list)
     """Shell lines run before the job, e.g. "module load cuda"."""
 
+    def __post_init__(self) -> None:
+        _settle(self, "launch.slurm")
 
-@dataclass(kw_only=True)
+
+@dataclass(kw_only=True, frozen=True)
 class LaunchConfig:
     executor: Literal["local", "slurm"] = "local"
     """Where ranks run: this machine (local) or a SLURM cluster (slurm)."""
@@ -176,8 +208,11 @@ class LaunchConfig:
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
     """SLURM resources (used when executor is slurm)."""
 
+    def __post_init__(self) -> None:
+        _settle(self, "launch")
 
-@dataclass(kw_only=True)
+
+@dataclass(kw_only=True, frozen=True)
 class JobConfig:
     """A whole DDP job: what to train, how, on how many ranks and where."""
 
@@ -194,6 +229,9 @@ class JobConfig:
     launch: LaunchConfig = field(default_factory=LaunchConfig)
     """Where and with what resources the job runs."""
 
+    def __post_init__(self) -> None:
+        _settle(self, "")
+
     @property
     def world_size(self) -> int:
         return self.dist.nodes * self.dist.procs_per_node
@@ -204,9 +242,11 @@ class JobConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> JobConfig:
-        """Build a config from plain data; raises ConfigError listing every problem."""
+        """Build a config from plain data; raises ConfigError listing every problem, types and values."""
         problems: list[str] = []
-        cfg = _build(cls, data or {}, "", problems)
+        with _building():
+            cfg = _build(cls, data or {}, "", problems)
+        problems += validate.value_problems(cfg, broken=problem_fields(problems))
         if problems:
             raise ConfigError(problems)
         return cfg
@@ -221,7 +261,7 @@ class JobConfig:
 
     @classmethod
     def from_yaml(cls, source: str | Path) -> JobConfig:
-        """Load from a YAML file path or YAML text (safe loader only)."""
+        """Load from a YAML file path or YAML text (safe loader only); raises ConfigError like from_dict."""
         import yaml
 
         text = Path(source).read_text() if _looks_like_path(source) else str(source)
@@ -240,22 +280,22 @@ class JobConfig:
         return JobConfig.from_dict(apply_overrides(self.to_dict(), assignments))
 
     def replace(self, **sections: Any) -> JobConfig:
-        """Copy with whole sections or "section__field" keyword values replaced."""
+        """Copy with whole sections or "section__field" keyword values replaced; checked like from_dict."""
         data = self.to_dict()
         for key, value in sections.items():
             section, _, name = key.partition("__")
             if name:
-                data[section][name] = value
+                data.setdefault(section, {})[name] = value  # an unknown section is reported by from_dict
             else:
-                data[section] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+                data[section] = _plain(value)
         return JobConfig.from_dict(data)
 
     # --- validation --------------------------------------------------------------------------
     def problems(self, gpus: int | None = None) -> list[str]:
-        """Every problem with this config, each naming the field and the fix (empty when valid)."""
-        from workbench.validate import config_problems
-
-        return config_problems(self, gpus)
+        """Every problem with this config on its target, each naming the field and the fix (empty when
+        valid): the value checks (empty for a built config) plus what the target's GPUs and Python
+        can tell; `gpus` is the GPU count per node of the target (None: detect)."""
+        return validate.config_problems(self, gpus)
 
     def check(self, gpus: int | None = None) -> JobConfig:
         """Raise ConfigError listing every problem; returns self when valid."""
@@ -270,27 +310,82 @@ class JobConfig:
         return field_docs(JobConfig)
 
 
+def _plain(value: Any) -> Any:
+    """A section given to replace() as plain data (a dataclass instance becomes a dict)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return value
+
+
 def _looks_like_path(source: str | Path) -> bool:
     if isinstance(source, Path):
         return True
     return "\n" not in source and ":" not in source.split("/")[-1] and Path(source).suffix in {".yaml", ".yml"}
 
 
+# --- construction ------------------------------------------------------------------------------
+
+_BUILDING: contextvars.ContextVar[bool] = contextvars.ContextVar("workbench_config_building", default=False)
+"""True while from_dict builds the sections; it checks the whole config once, at the end."""
+
+
+@contextlib.contextmanager
+def _building() -> Iterator[None]:
+    token = _BUILDING.set(True)
+    try:
+        yield
+    finally:
+        _BUILDING.reset(token)
+
+
+def _settle(obj: Any, path: str) -> None:
+    """After __init__: coerce each field to its type, then raise ConfigError with every type and
+    value problem of `obj` (a section at `path`, or the JobConfig when path is "")."""
+    if _BUILDING.get():
+        return
+    problems = _coerce_fields(obj, path)
+    broken = problem_fields(problems)
+    if path:
+        problems += validate.section_problems(obj, path, broken)
+    else:
+        problems += validate.value_problems(obj, broken)
+    if problems:
+        raise ConfigError(problems)
+
+
+def _coerce_fields(obj: Any, path: str) -> list[str]:
+    """Store each field of `obj` converted to its type (2.0 -> 2 for int); the type problems."""
+    problems = []
+    for name, hint in _hints(type(obj)).items():
+        where, value = f"{path}.{name}" if path else name, getattr(obj, name)
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+            if not isinstance(value, hint):
+                problems.append(f"{where}: expected a {hint.__name__}, got {type(value).__name__}; "
+                                f"pass {hint.__name__}(...), or build the config with JobConfig.from_dict")
+            continue
+        ok, converted, why = coerce(value, hint)
+        if ok:
+            object.__setattr__(obj, name, converted)  # frozen: the one place a field is set after __init__
+        else:
+            problems.append(f"{where}: {why}")
+    return problems
+
+
 def _build(cls: type, data: Any, prefix: str, problems: list[str]) -> Any:
-    """Instantiate dataclass `cls` from `data`, collecting type and key problems."""
+    """Instantiate dataclass `cls` from `data`, collecting type and key problems (call inside _building)."""
     if not isinstance(data, dict):
-        problems.append(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {type(data).__name__}")
+        where = prefix.rstrip(".") or "config"
+        problems.append(f"{where}: expected a mapping, got {type(data).__name__}; write its fields as key: value")
         return cls()
     hints = _hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         path = f"{prefix}{key}"
-        if key not in fields:
-            problems.append(unknown_key_message(path, key, list(fields)))
+        if key not in hints:
+            problems.append(unknown_key_message(path, key, list(hints)))
             continue
         hint = hints[key]
-        if dataclasses.is_dataclass(hint):
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
             kwargs[key] = _build(hint, value if value is not None else {}, f"{path}.", problems)
             continue
         ok, converted, why = coerce(value, hint)
@@ -301,7 +396,12 @@ def _build(cls: type, data: Any, prefix: str, problems: list[str]) -> Any:
     return cls(**kwargs)
 
 
-def _hints(cls: type) -> dict[str, Any]:
-    import typing
+_HINTS: dict[type, dict[str, Any]] = {}
 
-    return typing.get_type_hints(cls)
+
+def _hints(cls: type) -> dict[str, Any]:
+    """Field name -> resolved type hint, in field order (resolved once per class: construction stays cheap)."""
+    if cls not in _HINTS:
+        hints = typing.get_type_hints(cls)
+        _HINTS[cls] = {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+    return _HINTS[cls]

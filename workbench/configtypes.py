@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import difflib
 import inspect
+import math
 import textwrap
 import types
 import typing
@@ -22,21 +24,19 @@ class ConfigError(ValueError):
 
     def fields(self) -> list[str]:
         """The field paths named by the problems (the text before the first colon)."""
-        return [p.split(":", 1)[0] for p in self.problems]
+        return problem_fields(self.problems)
+
+
+def problem_fields(problems: list[str]) -> list[str]:
+    """The field path each "section.field: what; fix" message names."""
+    return [p.split(":", 1)[0] for p in problems]
 
 
 def coerce(value: Any, hint: Any) -> tuple[bool, Any, str]:
-    """Check `value` against a type hint; returns (ok, converted value, why not)."""
+    """Check `value` against a type hint; returns (ok, converted value, "what is wrong; the fix")."""
     origin = typing.get_origin(hint)
     if origin in (Union, types.UnionType):
-        args = typing.get_args(hint)
-        if value is None and type(None) in args:
-            return True, None, ""
-        for arg in (a for a in args if a is not type(None)):
-            ok, converted, _ = coerce(value, arg)
-            if ok:
-                return True, converted, ""
-        return False, None, f"expected {_describe(hint)}, got {value!r}"
+        return _coerce_union(value, typing.get_args(hint))
     if origin is Literal:
         choices = typing.get_args(hint)
         if value in choices:
@@ -45,48 +45,73 @@ def coerce(value: Any, hint: Any) -> tuple[bool, Any, str]:
     return _coerce_plain(value, origin or hint)
 
 
+def _coerce_union(value: Any, args: tuple[Any, ...]) -> tuple[bool, Any, str]:
+    if value is None and type(None) in args:
+        return True, None, ""
+    kinds = [a for a in args if a is not type(None)]
+    reasons = []
+    for arg in kinds:
+        ok, converted, why = coerce(value, arg)
+        if ok:
+            return True, converted, ""
+        reasons.append(why)
+    if len(kinds) == 1:  # Optional[X]: X's own reason, plus the way out
+        return False, None, f"{reasons[0]}, or leave it empty"
+    return False, None, f"expected {_describe(args)}, got {value!r}; write one of those"
+
+
 def _coerce_plain(value: Any, kind: Any) -> tuple[bool, Any, str]:
     if kind is bool:
-        return (True, value, "") if isinstance(value, bool) else (False, None, f"expected true or false, got {value!r}")
-    if kind is int:
-        if isinstance(value, int) and not isinstance(value, bool):
+        if isinstance(value, bool):
             return True, value, ""
-        if isinstance(value, float) and value.is_integer():
-            return True, int(value), ""
-        return False, None, f"expected a whole number, got {value!r}"
+        return False, None, f"expected true or false, got {value!r}; write true or false without quotes"
+    if kind is int:
+        return _coerce_int(value)
     if kind is float:
         return _coerce_float(value)
     if kind is str:
-        return (True, value, "") if isinstance(value, str) else (False, None, f"expected text, got {value!r}")
+        if isinstance(value, str):
+            return True, value, ""
+        return False, None, f"expected text, got {value!r}; put it in quotes"
     if kind is dict:
         if isinstance(value, dict):
             return True, dict(value), ""
-        return False, None, f"expected a mapping (key: value), got {value!r}"
+        return False, None, f"expected a mapping, got {value!r}; write e.g. {{key: value}}, or {{}} for none"
     if kind is list:
         if isinstance(value, (list, tuple)):
             return True, list(value), ""
-        return False, None, f"expected a list, got {value!r}"
+        return False, None, f"expected a list, got {value!r}; write e.g. [a, b], or [] for none"
     return True, value, ""
 
 
+def _coerce_int(value: Any) -> tuple[bool, Any, str]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return True, value, ""
+    if isinstance(value, float) and value.is_integer():
+        return True, int(value), ""
+    return False, None, f"expected a whole number, got {value!r}; write it in digits without a fraction, e.g. 2"
+
+
 def _coerce_float(value: Any) -> tuple[bool, Any, str]:
-    if isinstance(value, bool):
-        return False, None, f"expected a number, got {value!r}"
-    if isinstance(value, (int, float)):
-        return True, float(value), ""
-    if isinstance(value, str):  # YAML 1.1 reads "5e-5" (no dot) as text; accept it as a number.
-        try:
-            return True, float(value), ""
-        except ValueError:
-            pass
-    return False, None, f"expected a number, got {value!r}"
+    number = None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        number = float(value)
+    elif isinstance(value, str):  # YAML 1.1 reads "5e-5" (no dot) as text; accept it as a number.
+        with contextlib.suppress(ValueError):
+            number = float(value)
+    if number is None:
+        return False, None, f"expected a number, got {value!r}; write it in digits, e.g. 0.001 or 3e-4"
+    if not math.isfinite(number):  # YAML's .inf and .nan, or "inf"/"nan"/"1e999" as text
+        return False, None, f"must be a finite number, got {value!r}; inf and nan are not allowed, write digits"
+    return True, number, ""
 
 
-def _describe(hint: Any) -> str:
-    names = []
-    for arg in typing.get_args(hint):
-        names.append("empty (null)" if arg is type(None) else getattr(arg, "__name__", str(arg)))
-    return " or ".join(names)
+_KIND_NAMES = {bool: "true or false", int: "a whole number", float: "a number", str: "text",
+               dict: "a mapping", list: "a list", type(None): "empty (null)"}
+
+
+def _describe(args: tuple[Any, ...]) -> str:
+    return " or ".join(_KIND_NAMES.get(arg, getattr(arg, "__name__", str(arg))) for arg in args)
 
 
 def unknown_key_message(path: str, key: str, known: list[str]) -> str:
@@ -114,7 +139,7 @@ def _attribute_docstrings(cls: type) -> dict[str, str]:
     found: dict[str, str] = {}
     for node, nxt in zip(body, body[1:]):
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            if isinstance(nxt, ast.Expr) and isinstance(getattr(nxt, "value", None), ast.Constant):
+            if isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
                 found[node.target.id] = " ".join(str(nxt.value.value).split())
     return found
 

@@ -1,9 +1,27 @@
-"""Cross-field checks of a JobConfig.  Each problem names the field and says how to fix it."""
+"""Checks of a JobConfig, in two kinds that run at different times.  Each message names the field and the fix.
+
+**Value checks** (`value_problems`, `section_problems`) look at the config's values only: pure functions,
+no torch, no files, no GPU detection.  They run whenever a config is built (``JobConfig(...)``, each
+section's own constructor, ``from_dict``, ``from_yaml``, ``replace``, ``with_overrides`` and so the CLI's
+``--set``), together with the type checks, so a config that exists has none of these problems:
+
+- bounds of single fields: batch sizes, steps and intervals, lr, ratios, timeouts, cap, bucket size;
+- pairs inside a section: prefetch_factor and persistent_workers need num_workers > 0;
+- formats: launch.time_limit ([D-]HH:MM:SS or minutes), launch.slurm.mem (16G), a non-empty run_root;
+- across sections: a local run uses one node (dist.nodes with launch.executor).
+
+**Target checks** (`target_problems`) depend on the machine the ranks run on: its GPU count (fp16 and
+nccl need CUDA, at most one rank per GPU, xccl/ccl need Intel XPUs) and whether the task's module can
+be imported there.  They run in ``cfg.problems()`` / ``cfg.check()``, which return value and target
+problems together: ``submit`` calls them before starting a job and ``workbench check`` prints them all.
+"""
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from workbench.config import JobConfig
@@ -12,7 +30,7 @@ _TIME = re.compile(r"^(?:(\d+)-)?(\d+):(\d{1,2})(?::(\d{1,2}))?$")
 _MEM = re.compile(r"^\d+(\.\d+)?[KMGT]?B?$", re.IGNORECASE)
 
 
-def parse_time_limit(text: str) -> int:
+def parse_time_limit(text: str | int) -> int:
     """Minutes in a SLURM-style time limit: "90", "1:30:00", "2-00:00:00", "45:00" (MM:SS)."""
     text = str(text).strip()
     if text.isdigit() and int(text) > 0:
@@ -32,14 +50,35 @@ def parse_time_limit(text: str) -> int:
     return total
 
 
+# --- entry points ------------------------------------------------------------------------------
+
+
 def config_problems(cfg: JobConfig, gpus: int | None = None) -> list[str]:
-    """All problems of `cfg`; `gpus` is the GPU count per node of the target (None: detect)."""
+    """All problems of `cfg`: value and target; `gpus` is the GPU count per node of the target (None: detect)."""
+    return value_problems(cfg) + target_problems(cfg, gpus)
+
+
+def value_problems(cfg: JobConfig, broken: Iterable[str] = ()) -> list[str]:
+    """Problems found from the values alone.  Checks reading a field in `broken` (it had a type
+    error, or lies in a section that did) are skipped: they would only repeat noise about it."""
+    broken = tuple(broken)
+    problems: list[str] = []
+    for path in _SECTION_RULES:
+        if not _is_broken(path, broken):
+            problems += section_problems(_section(cfg, path), path, broken)
+    return problems + _run(_CROSS_RULES, cfg, broken)
+
+
+def section_problems(section: Any, path: str, broken: Iterable[str] = ()) -> list[str]:
+    """Value problems of one section (e.g. path "train" or "launch.slurm"), nested sections excluded."""
+    return _run(_SECTION_RULES[path], section, tuple(broken))
+
+
+def target_problems(cfg: JobConfig, gpus: int | None = None) -> list[str]:
+    """Problems only the target machine can tell: its GPUs (None: detect) and the task's importability."""
     if gpus is None:
         gpus = target_gpus(cfg)
-    problems: list[str] = []
-    for check in _CHECKS:
-        problems.extend(check(cfg, gpus))
-    return problems
+    return _task(cfg) + _precision(cfg, gpus) + _backend(cfg, gpus) + _ranks_per_gpu(cfg, gpus)
 
 
 def target_gpus(cfg: JobConfig) -> int:
@@ -51,122 +90,189 @@ def target_gpus(cfg: JobConfig) -> int:
     return visible_gpu_count()
 
 
-def _positive(value: object, path: str, fix: str) -> list[str]:
-    if isinstance(value, int) and value >= 1:
-        return []
-    return [f"{path}: must be a positive whole number, got {value!r}; {fix}"]
+# --- value checks ------------------------------------------------------------------------------
 
 
-def _train(cfg: JobConfig, gpus: int) -> list[str]:
-    t = cfg.train
-    out = _positive(t.micro_batch_size, "train.micro_batch_size", "set the per-rank batch, e.g. 32")
-    out += _positive(t.grad_accum_steps, "train.grad_accum_steps", "use 1 for no accumulation")
-    out += _positive(t.epochs, "train.epochs", "train for at least 1 epoch (or set max_steps)")
-    out += _positive(t.lr_ref_world_size, "train.lr_ref_world_size", "use the world size the lr was tuned at")
-    out += _positive(t.log_every_steps, "train.log_every_steps", "use 1 to log every step")
-    out += _positive(t.keep_checkpoints, "train.keep_checkpoints", "keep at least 1")
-    for name in ("max_steps", "eval_every_steps", "checkpoint_every_steps"):
-        value = getattr(t, name)
-        if value is not None:
-            out += _positive(value, f"train.{name}", "or leave it empty")
-    if not t.lr > 0:
-        out.append(f"train.lr: must be > 0, got {t.lr}; typical AdamW values are 1e-4 to 1e-3")
-    if t.warmup_steps < 0:
-        out.append(f"train.warmup_steps: must be >= 0, got {t.warmup_steps}; use 0 for no warmup")
-    if not 0 <= t.min_lr_ratio <= 1:
-        out.append(f"train.min_lr_ratio: must be within [0, 1], got {t.min_lr_ratio}")
-    if t.weight_decay < 0:
-        out.append(f"train.weight_decay: must be >= 0, got {t.weight_decay}")
-    if t.grad_clip_norm is not None and not t.grad_clip_norm > 0:
-        out.append(f"train.grad_clip_norm: must be > 0, got {t.grad_clip_norm}; leave empty to disable clipping")
-    if t.precision == "fp16" and gpus == 0:
-        out.append("train.precision: fp16 needs CUDA (GradScaler); use bf16 or fp32 on CPU")
-    es = t.early_stopping
-    if es.patience is not None and es.patience < 1:
-        out.append(f"train.early_stopping.patience: must be >= 1, got {es.patience}; leave empty to disable")
-    if es.min_delta < 0:
-        out.append(f"train.early_stopping.min_delta: must be >= 0, got {es.min_delta}")
-    return out
+@dataclass(frozen=True)
+class Rule:
+    """One value check: the field paths it reads and a function of their section (or of the JobConfig
+    for rules across sections) that returns the message, or None when the values are fine."""
+
+    reads: tuple[str, ...]
+    check: Callable[[Any], str | None]
 
 
-def _data(cfg: JobConfig, gpus: int) -> list[str]:
-    d = cfg.data
-    out = []
-    if d.num_workers < 0:
-        out.append(f"data.num_workers: must be >= 0, got {d.num_workers}; 0 loads in the main process")
-    if d.prefetch_factor is not None and d.num_workers == 0:
-        out.append("data.prefetch_factor: needs data.num_workers > 0; leave it empty or add workers")
-    if d.prefetch_factor is not None and d.prefetch_factor < 1:
-        out.append(f"data.prefetch_factor: must be >= 1, got {d.prefetch_factor}")
-    if d.persistent_workers and d.num_workers == 0:
-        out.append("data.persistent_workers: needs data.num_workers > 0; set it to false or add workers")
-    return out
+def _run(rules: list[Rule], obj: Any, broken: tuple[str, ...]) -> list[str]:
+    found = (rule.check(obj) for rule in rules if not any(_is_broken(p, broken) for p in rule.reads))
+    return [message for message in found if message]
 
 
-def _scaling(cfg: JobConfig, gpus: int) -> list[str]:
-    if cfg.scaling.cap < 1:
-        return [f"scaling.cap: must be >= 1, got {cfg.scaling.cap}; the capped rule uses lr x min(k, cap)"]
-    return []
+def _is_broken(path: str, broken: tuple[str, ...]) -> bool:
+    return any(path == b or path.startswith(f"{b}.") for b in broken)
 
 
-def _dist(cfg: JobConfig, gpus: int) -> list[str]:
-    d = cfg.dist
-    out = _positive(d.nodes, "dist.nodes", "use 1 for a single machine")
-    out += _positive(d.procs_per_node, "dist.procs_per_node", "use one rank per GPU, or 2 on CPU")
-    if d.backend == "nccl" and gpus == 0:
-        out.append("dist.backend: nccl needs CUDA GPUs and none are visible; use gloo (or auto) on CPU")
-    if d.backend in ("xccl", "ccl") and gpus == 0 and not _xpu_available():
-        out.append(f"dist.backend: {d.backend} needs Intel XPUs and none are visible; use gloo (or auto) on CPU")
-    if gpus and isinstance(d.procs_per_node, int) and d.procs_per_node > gpus:
-        out.append(
-            f"dist.procs_per_node: {d.procs_per_node} ranks per node but only {gpus} GPU(s) visible; "
-            f"set procs_per_node <= {gpus} (one rank per GPU)"
-        )
-    if d.bucket_cap_mb <= 0:
-        out.append(f"dist.bucket_cap_mb: must be > 0, got {d.bucket_cap_mb}; torch's default is 25")
-    if d.timeout_s < 1:
-        out.append(f"dist.timeout_s: must be >= 1 second, got {d.timeout_s}")
-    if d.threads_per_rank is not None:
-        out += _positive(d.threads_per_rank, "dist.threads_per_rank", "or leave it empty for cores / ranks")
-    if d.check_every_steps is not None:
-        out += _positive(d.check_every_steps, "dist.check_every_steps", "or leave it empty to never check")
-    if not d.straggler_threshold > 0:
-        out.append(f"dist.straggler_threshold: must be > 0, got {d.straggler_threshold}; 0.2 flags ranks 20% slower")
-    if not d.stall_after_s > 0:
-        out.append(f"dist.stall_after_s: must be > 0 seconds, got {d.stall_after_s}")
-    return out
+def _section(cfg: JobConfig, path: str) -> Any:
+    obj: Any = cfg
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
-def _launch(cfg: JobConfig, gpus: int) -> list[str]:
-    lc = cfg.launch
-    out = []
+def _bound(path: str, ok: Callable[[Any], bool], rule: str, fix: str, optional: bool = False) -> Rule:
+    """A rule on one field: `ok(value)` must hold (None is fine when `optional`)."""
+    name = path.rsplit(".", 1)[1]
+
+    def check(section: Any) -> str | None:
+        value = getattr(section, name)
+        if (optional and value is None) or ok(value):
+            return None
+        return f"{path}: {rule}, got {value!r}; {fix}"
+
+    return Rule((path,), check)
+
+
+def _positive(path: str, fix: str, optional: bool = False) -> Rule:
+    return _bound(path, lambda v: v >= 1, "must be a positive whole number", fix, optional)
+
+
+def _at_least(path: str, low: float, fix: str, optional: bool = False) -> Rule:
+    return _bound(path, lambda v: v >= low, f"must be >= {low}", fix, optional)
+
+
+def _above(path: str, low: float, fix: str, optional: bool = False) -> Rule:
+    return _bound(path, lambda v: v > low, f"must be > {low}", fix, optional)
+
+
+def _prefetch_needs_workers(d: Any) -> str | None:
+    if d.prefetch_factor is not None and d.num_workers < 1:
+        return "data.prefetch_factor: needs data.num_workers > 0; leave it empty or add workers"
+    return None
+
+
+def _persistent_needs_workers(d: Any) -> str | None:
+    if d.persistent_workers and d.num_workers < 1:
+        return "data.persistent_workers: needs data.num_workers > 0; set it to false or add workers"
+    return None
+
+
+def _min_lr_ratio(t: Any) -> str | None:
+    if 0 <= t.min_lr_ratio <= 1:
+        return None
+    return (f"train.min_lr_ratio: must be within [0, 1], got {t.min_lr_ratio!r}; "
+            "use 0 to decay to zero, 1 to keep the peak lr")
+
+
+def _time_limit(launch: Any) -> str | None:
     try:
-        parse_time_limit(lc.time_limit)
+        parse_time_limit(launch.time_limit)
     except ValueError as exc:
-        out.append(f"launch.time_limit: {exc}; write minutes (90) or [D-]HH:MM:SS (01:30:00)")
-    if lc.executor == "local" and cfg.dist.nodes != 1:
-        out.append(f"dist.nodes: local runs use one machine, got {cfg.dist.nodes}; set nodes: 1 or executor: slurm")
-    if lc.slurm.mem is not None and not _MEM.match(str(lc.slurm.mem)):
-        out.append(f"launch.slurm.mem: malformed memory {lc.slurm.mem!r}; write e.g. 16G or 64000M")
-    if lc.slurm.gpus_per_node < 0:
-        out.append(f"launch.slurm.gpus_per_node: must be >= 0, got {lc.slurm.gpus_per_node}")
-    out += _positive(lc.slurm.cpus_per_task, "launch.slurm.cpus_per_task", "use at least 1")
-    if not lc.run_root:
-        out.append("launch.run_root: must name a folder, e.g. runs")
-    return out
+        return f"launch.time_limit: {exc}; write minutes (90) or [D-]HH:MM:SS (01:30:00)"
+    return None
 
 
-def _task(cfg: JobConfig, gpus: int) -> list[str]:
-    from workbench.engine.tasks import task_name_problem
+def _run_root(launch: Any) -> str | None:
+    return None if launch.run_root else "launch.run_root: must name a folder; write e.g. runs"
+
+
+def _mem(slurm: Any) -> str | None:
+    if slurm.mem is None or _MEM.match(str(slurm.mem)):
+        return None
+    return f"launch.slurm.mem: malformed memory {slurm.mem!r}; write e.g. 16G or 64000M, or leave it empty"
+
+
+def _local_runs_one_node(cfg: JobConfig) -> str | None:
+    if cfg.launch.executor == "local" and cfg.dist.nodes != 1:
+        return (f"dist.nodes: local runs use one machine, got {cfg.dist.nodes}; "
+                "set dist.nodes: 1 or launch.executor: slurm")
+    return None
+
+
+_SECTION_RULES: dict[str, list[Rule]] = {
+    "task": [],
+    "data": [
+        _at_least("data.num_workers", 0, "0 loads in the rank's main process"),
+        _positive("data.prefetch_factor", "or leave it empty for torch's default", optional=True),
+        Rule(("data.prefetch_factor", "data.num_workers"), _prefetch_needs_workers),
+        Rule(("data.persistent_workers", "data.num_workers"), _persistent_needs_workers),
+    ],
+    "train": [
+        _positive("train.micro_batch_size", "set the per-rank batch, e.g. 32"),
+        _positive("train.grad_accum_steps", "use 1 for no accumulation"),
+        _positive("train.epochs", "train for at least 1 epoch (or set max_steps)"),
+        _positive("train.max_steps", "or leave it empty to train for `epochs`", optional=True),
+        _above("train.lr", 0, "typical AdamW values are 1e-4 to 1e-3"),
+        _positive("train.lr_ref_world_size", "use the world size the lr was tuned at"),
+        _at_least("train.warmup_steps", 0, "use 0 for no warmup"),
+        Rule(("train.min_lr_ratio",), _min_lr_ratio),
+        _at_least("train.weight_decay", 0, "use 0 for none; AdamW often uses 0.01 to 0.1"),
+        _above("train.grad_clip_norm", 0, "leave it empty to disable clipping", optional=True),
+        _positive("train.log_every_steps", "use 1 to log every step"),
+        _positive("train.eval_every_steps", "or leave it empty to validate at each epoch's end", optional=True),
+        _positive("train.checkpoint_every_steps", "or leave it empty to save at each epoch's end", optional=True),
+        _positive("train.keep_checkpoints", "keep at least 1"),
+    ],
+    "train.early_stopping": [
+        _positive("train.early_stopping.patience", "leave it empty to disable early stopping", optional=True),
+        _at_least("train.early_stopping.min_delta", 0, "use 0 to count any improvement"),
+    ],
+    "scaling": [_at_least("scaling.cap", 1, "the capped rule uses lr x min(k, cap)")],
+    "dist": [
+        _positive("dist.nodes", "use 1 for a single machine"),
+        _positive("dist.procs_per_node", "use one rank per GPU, or 2 on CPU"),
+        _above("dist.bucket_cap_mb", 0, "torch's default is 25"),
+        _positive("dist.threads_per_rank", "or leave it empty for cores / ranks", optional=True),
+        _positive("dist.timeout_s", "collectives need at least 1 second; the default is 600"),
+        _positive("dist.check_every_steps", "or leave it empty to never check", optional=True),
+        _above("dist.straggler_threshold", 0, "0.2 flags ranks 20% slower than the median"),
+        _above("dist.stall_after_s", 0, "e.g. 300 (five minutes without a step)"),
+    ],
+    "launch": [Rule(("launch.time_limit",), _time_limit), Rule(("launch.run_root",), _run_root)],
+    "launch.slurm": [
+        Rule(("launch.slurm.mem",), _mem),
+        _at_least("launch.slurm.gpus_per_node", 0, "use 0 to run on CPUs"),
+        _positive("launch.slurm.cpus_per_task", "use at least 1"),
+    ],
+}
+"""Section path -> its value rules; every section of JobConfig has an entry (nested ones too)."""
+
+_CROSS_RULES: list[Rule] = [Rule(("dist.nodes", "launch.executor"), _local_runs_one_node)]
+"""Value rules across sections, given the whole JobConfig."""
+
+
+# --- target checks -----------------------------------------------------------------------------
+
+
+def _task(cfg: JobConfig) -> list[str]:
+    from workbench.engine.tasks import task_name_problem  # may probe the module with find_spec
 
     problem = task_name_problem(cfg.task.name)
     return [f"task.name: {problem}"] if problem else []
+
+
+def _precision(cfg: JobConfig, gpus: int) -> list[str]:
+    if cfg.train.precision == "fp16" and gpus == 0:
+        return ["train.precision: fp16 needs CUDA (GradScaler); use bf16 or fp32 on CPU"]
+    return []
+
+
+def _backend(cfg: JobConfig, gpus: int) -> list[str]:
+    backend = cfg.dist.backend
+    if backend == "nccl" and gpus == 0:
+        return ["dist.backend: nccl needs CUDA GPUs and none are visible; use gloo (or auto) on CPU"]
+    if backend in ("xccl", "ccl") and gpus == 0 and not _xpu_available():
+        return [f"dist.backend: {backend} needs Intel XPUs and none are visible; use gloo (or auto) on CPU"]
+    return []
+
+
+def _ranks_per_gpu(cfg: JobConfig, gpus: int) -> list[str]:
+    procs = cfg.dist.procs_per_node
+    if gpus and procs > gpus:
+        return [f"dist.procs_per_node: {procs} ranks per node but only {gpus} GPU(s) visible; "
+                f"set procs_per_node <= {gpus} (one rank per GPU)"]
+    return []
 
 
 def _xpu_available() -> bool:
     from workbench.devices import visible_xpu_count
 
     return visible_xpu_count() > 0
-
-
-_CHECKS: list[Callable[[JobConfig, int], list[str]]] = [_task, _data, _train, _scaling, _dist, _launch]
