@@ -27,7 +27,6 @@ from pathlib import Path
 
 from workbench.config import JobConfig
 from workbench.launch.run import Run
-from workbench.launch.runfolder import prepare_run_dir
 from workbench.rundir import RunDir, write_json_atomic
 from workbench.stream import JsonlWriter
 
@@ -50,7 +49,7 @@ def record(rank: int, step: int, t: float, ranks: int) -> dict:
 def make_run(root: Path, ranks: int, points: int) -> Run:
     """A live-looking run: its 'job' is this process (Run.load reattaches to it), ranks running."""
     cfg = JobConfig.from_dict({"dist": {"procs_per_node": ranks}, "launch": {"run_root": str(root)}})
-    run_dir = prepare_run_dir(root / "bench-run", cfg, "local", job_id=str(os.getpid()))
+    run_dir = RunDir(root / "bench-run").prepare(cfg, "local", job_id=str(os.getpid()))
     t0 = time.time() - points * 0.1
     JsonlWriter(run_dir.events(0)).write({"event": "start", "rank": 0, "step": 0, "time": t0,
                                           "total_steps": 2 * points, "world_size": ranks})
@@ -149,7 +148,7 @@ def bench_latency(run: Run, ranks: int, first_step: int, count: int) -> list[flo
     def on_refresh(_state) -> None:
         nonlocal seen
         now = time.time()
-        frame = dash.cache.frames.get(0)
+        frame = dash.run.metric_frames.frames.get(0)
         new = frame[frame["step"] > seen]
         latencies.extend(now - new["time"])
         seen = int(frame["step"].iloc[-1])

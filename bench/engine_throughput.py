@@ -21,7 +21,7 @@ import submitit
 
 import workbench
 from workbench.config import JobConfig
-from workbench.launch.rendezvous import free_port
+from workbench.engine.rendezvous import free_port
 
 TASK = {"n_train": 65536, "n_val": 64, "dim": 256, "hidden": 1024, "classes": 16}
 BATCH, WARMUP = 64, 30

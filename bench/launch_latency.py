@@ -25,7 +25,7 @@ import submitit
 
 import workbench
 from workbench.config import JobConfig
-from workbench.launch.rendezvous import free_port
+from workbench.engine.rendezvous import free_port
 
 HAND_LOOP = Path(__file__).with_name("hand_ddp_loop.py")
 

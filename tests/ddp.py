@@ -9,7 +9,7 @@ import pickle
 import traceback
 from typing import Any, Callable
 
-from workbench.launch.rendezvous import free_port
+from workbench.engine.rendezvous import free_port
 
 
 def run_ranks(fn: Callable[..., Any], world_size: int = 2, timeout: float = 120, **kwargs: Any) -> list[Any]:

@@ -57,7 +57,7 @@ def test_missing_comm_columns_give_nan_not_an_error():
 
 
 def test_empty_frame_gives_an_empty_report():
-    rep = analysis.report(pd.DataFrame(), JobConfig(), pd.DataFrame())
+    rep = analysis.report(pd.DataFrame(), JobConfig())
     assert len(rep["breakdown"]) == 0 and len(rep["stragglers"]) == 0 and rep["advice"] == []
     assert analysis.format_report(rep) == "step analysis: no steps logged yet"
 
@@ -76,7 +76,7 @@ def test_straggler_flagged_at_30_percent_not_at_5(comm):
 
 
 def test_straggler_among_four_ranks_is_compared_with_the_others():
-    slow = analysis.stragglers(_frame([0.10, 0.10, 0.10, 0.13], comm_s=0.01))
+    slow = analysis.stragglers(_frame([0.10, 0.10, 0.10, 0.13], comm_s=0.01), threshold=0.15)
     assert slow["rank"].tolist() == [3] and slow["others_median_s"].iloc[0] == pytest.approx(0.10)
     assert slow["step_share"].iloc[0] == pytest.approx(0.03 / 0.14)  # 30 ms extra in a 140 ms step
     text = analysis.format_report(analysis.report(_frame([0.10, 0.10, 0.10, 0.13], comm_s=0.01), JobConfig()))
@@ -135,14 +135,18 @@ def test_amdahl_gain():
 
 
 def test_report_counts_the_engine_checks_findings():
-    events = pd.DataFrame([{"event": "straggler", "rank": 0, "straggler_rank": 1}, {"event": "start", "rank": 0},
-                           {"event": "straggler", "rank": 0, "straggler_rank": 1},
-                           {"event": "sync_check", "rank": 0, "in_sync": True},
-                           {"event": "sync_check", "rank": 0, "in_sync": False}])
-    rep = analysis.report(_frame([0.1, 0.1]), JobConfig(), events)
+    from workbench.runevents import EventSummary
+
+    events = [{"event": "straggler", "rank": 0, "straggler_rank": 1}, {"event": "start", "rank": 0},
+              {"event": "straggler", "rank": 0, "straggler_rank": 1},
+              {"event": "sync_check", "rank": 0, "in_sync": True},
+              {"event": "sync_check", "rank": 0, "in_sync": False}]
+    checks = EventSummary().fold(events).check_counts()
+    rep = analysis.report(_frame([0.1, 0.1]), JobConfig(), checks=checks)
     assert rep["events"] == {"straggler warnings": 2, "sync checks out of sync": 1}
     assert "engine checks: 2 straggler warnings" in analysis.format_report(rep)
-    assert analysis.report(_frame([0.1, 0.1]), JobConfig(), events.iloc[3:4])["events"] == {}
+    only_in_sync = EventSummary().fold(events[3:4]).check_counts()
+    assert analysis.report(_frame([0.1, 0.1]), JobConfig(), checks=only_in_sync)["events"] == {}
 
 
 def test_guide_speedup_and_compare():

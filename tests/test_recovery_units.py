@@ -10,7 +10,6 @@ import torch
 from workbench.config import JobConfig
 from workbench.engine.checkpoint import load_latest, save_checkpoint
 from workbench.engine.monitor import RankMonitor
-from workbench.launch.runfolder import prepare_run_dir
 from workbench.rundir import RunDir, read_json, write_json_atomic
 
 pytestmark = pytest.mark.timeout(30)
@@ -47,13 +46,13 @@ def test_a_corrupt_latest_checkpoint_falls_back_to_the_previous_one(tmp_path):
 
 def test_reusing_a_run_folder_forgets_the_last_attempts_end(tmp_path):
     cfg = JobConfig()
-    run = prepare_run_dir(tmp_path / "run", cfg, "local")
+    run = RunDir(tmp_path / "run").prepare(cfg, "local")
     write_json_atomic(run.error(1), {"rank": 1})
     write_json_atomic(run.status(1), {"rank": 1, "state": "failed"})
     write_json_atomic(run.summary, {"status": "finished"})
     write_json_atomic(run.meta, {**read_json(run.meta), "cancelled": 1.0})
     (run.metrics(0)).write_text('{"step": 1}\n')
-    prepare_run_dir(run.root, cfg, "local")
+    RunDir(run.root).prepare(cfg, "local")
     assert not run.error(1).exists() and not run.status(1).exists() and not run.summary.exists()
     assert "cancelled" not in read_json(run.meta)
     assert run.metrics(0).read_text() == '{"step": 1}\n'  # metrics stay

@@ -17,8 +17,8 @@ _LAZY = {
     "Run": "workbench.launch.run",
     "RunFailed": "workbench.launch.run",
     "Task": "workbench.engine.tasks",
-    "log": "workbench.launch.script",
-    "submit_script": "workbench.launch.script",
+    "log": "workbench.engine.script",
+    "submit_script": "workbench.launch.submit",
     "presets": "workbench.presets",
     "benchmark_scaling": "workbench.scaling_bench",
     "analysis": "workbench.analysis",
@@ -28,10 +28,10 @@ _MODULES = ("presets", "analysis")
 __all__ = ["JobConfig", "ConfigError", "scaling_table", *_LAZY]
 
 if TYPE_CHECKING:
+    from workbench.engine.script import log
     from workbench.engine.tasks import Task
     from workbench.launch.run import Run, RunFailed
-    from workbench.launch.script import log, submit_script
-    from workbench.launch.submit import submit
+    from workbench.launch.submit import submit, submit_script
     from workbench.scaling_bench import benchmark_scaling
 
 

@@ -30,7 +30,6 @@ SKIP_STEPS = 5
 COMM_SHARE_LIMIT = 0.10
 """The reference guides: communication overhead "should be <10% of total time"."""
 DATA_SHARE_LIMIT = 0.10
-STRAGGLER_THRESHOLD = 0.15
 MEMORY_IMBALANCE_LIMIT = 1.2
 
 BREAKDOWN_COLUMNS = ["rank", "steps", "step_time_s", "step_time_p90_s", "data_time_s", "compute_s",
@@ -87,8 +86,7 @@ def communication_share(breakdown: pd.DataFrame) -> float:
     return float(shares.min()) if len(shares) else math.nan
 
 
-def stragglers(frame: pd.DataFrame, threshold: float = STRAGGLER_THRESHOLD,
-               skip_steps: int = SKIP_STEPS) -> pd.DataFrame:
+def stragglers(frame: pd.DataFrame, threshold: float, skip_steps: int = SKIP_STEPS) -> pd.DataFrame:
     """Ranks whose own work per step exceeds the median of the other ranks by more than `threshold`.
 
     A rank's own work is its median step time minus its all-reduce wait (data + compute).  DDP's
@@ -121,8 +119,10 @@ def memory_imbalance(frame: pd.DataFrame) -> dict[str, Any]:
         return {"per_rank_mb": {}, "max_mb": math.nan, "min_mb": math.nan, "max_rank": None,
                 "min_rank": None, "ratio": math.nan}
     low = float(peak.min())
-    return {"per_rank_mb": {int(r): float(v) for r, v in peak.items()}, "max_mb": float(peak.max()),
-            "min_mb": low, "max_rank": int(peak.idxmax()), "min_rank": int(peak.idxmin()),
+    ranks = [int(r) for r in peak.index]
+    values = [float(v) for v in peak.to_numpy()]
+    return {"per_rank_mb": dict(zip(ranks, values)), "max_mb": max(values),
+            "min_mb": low, "max_rank": ranks[values.index(max(values))], "min_rank": ranks[values.index(low)],
             "ratio": float(peak.max()) / low if low > 0 else math.nan}
 
 
@@ -186,25 +186,29 @@ def data_advice(frame: pd.DataFrame, cfg: JobConfig, threshold: float = DATA_SHA
             f"{amdahl_gain(share, math.inf):.2f}x throughput."]
 
 
-def report(frame: pd.DataFrame, cfg: JobConfig, events: pd.DataFrame | None = None,
-           skip_steps: int = SKIP_STEPS) -> dict[str, Any]:
-    """Everything above for one run: breakdown, throughput, shares, stragglers, memory, advice, events.
+def report(frame: pd.DataFrame, cfg: JobConfig, found_stragglers: pd.DataFrame | None = None,
+           checks: dict[str, int] | None = None, skip_steps: int = SKIP_STEPS) -> dict[str, Any]:
+    """Everything above for one run: breakdown, throughput, shares, stragglers, memory, advice, and
+    what the engine's live checks found (`checks`, from workbench.runevents.EventSummary).
 
-    Stragglers use the config's dist.straggler_threshold (the engine's live check uses it too)."""
+    Stragglers use the config's dist.straggler_threshold; pass `found_stragglers` when they were
+    already computed for the same frame (Run.stragglers()), so the report and the live line agree."""
     b = step_breakdown(frame, skip_steps)
-    threshold = getattr(cfg.dist, "straggler_threshold", STRAGGLER_THRESHOLD)
+    threshold = cfg.dist.straggler_threshold
+    if found_stragglers is None:
+        found_stragglers = stragglers(frame, threshold, skip_steps)
     return {
         "breakdown": b,
         "world_size": len(b),
         "samples_per_s": float(b["samples_per_s"].sum()) if len(b) else math.nan,
         "comm_share": communication_share(b),
         "comm_overlap": _overlap(b),
-        "stragglers": stragglers(frame, threshold, skip_steps),
+        "stragglers": found_stragglers,
         "straggler_threshold": threshold,
         "memory": memory_imbalance(frame),
         "advice": communication_advice(frame, cfg, skip_steps=skip_steps) + data_advice(frame, cfg,
                                                                                         skip_steps=skip_steps),
-        "events": _event_counts(events),
+        "events": dict(checks or {}),
         "skip_steps": skip_steps,
     }
 
@@ -214,18 +218,6 @@ def _overlap(b: pd.DataFrame) -> float:
     unmeasured.  The wait also holds the hook's own overhead, so with one bucket it can exceed busy."""
     busy, wait = b["comm_busy_s"].median(), b["comm_wait_s"].median()
     return float(min(1.0, max(0.0, 1 - wait / busy))) if busy > 0 and not math.isnan(wait) else math.nan
-
-
-def _event_counts(events: pd.DataFrame | None) -> dict[str, int]:
-    """What the engine's live checks found: straggler events, and sync checks with in_sync false."""
-    if events is None or len(events) == 0 or "event" not in events:
-        return {}
-    kind = events["event"]
-    found = {"straggler warnings": int((kind == "straggler").sum())}
-    if "in_sync" in events:
-        diverged = events["in_sync"].map(lambda v: v is False or v == 0.0)  # NaN on other events
-        found["sync checks out of sync"] = int(((kind == "sync_check") & diverged).sum())
-    return {kind: n for kind, n in found.items() if n}
 
 
 def format_report(rep: dict[str, Any]) -> str:

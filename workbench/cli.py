@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 
 from workbench.config import JobConfig
 from workbench.configtypes import ConfigError
+from workbench.scaling import parse_world_sizes
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,10 +29,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader went away (`workbench config --docs | head`): not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def _parser() -> argparse.ArgumentParser:
+    from workbench import __version__
+
     parser = argparse.ArgumentParser(prog="workbench", description="Configure, run and inspect DDP jobs.")
+    parser.add_argument("--version", action="version", version=f"workbench {__version__}")
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
 
     run = sub.add_parser("run", help="run a config (local ranks or SLURM), showing live per-rank progress")
@@ -70,7 +78,8 @@ def _parser() -> argparse.ArgumentParser:
     kind.add_argument("--torchrun", action="store_true", help="a torchrun command")
     export.set_defaults(func=cmd_export)
 
-    launch = sub.add_parser("launch", help="launch an existing torchrun-style script: workbench launch train.py [--nproc N] -- ARGS")
+    launch = sub.add_parser("launch", help="launch an existing torchrun-style script: "
+                            "workbench launch train.py [--nproc N] -- ARGS")
     launch.add_argument("script")
     launch.add_argument("--config", help="YAML config for dist and launch settings")
     launch.add_argument("--nproc", type=int, help="ranks per node")
@@ -83,6 +92,17 @@ def _parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="validate a config and print every problem")
     _config_args(check)
     check.set_defaults(func=cmd_check)
+
+    config = sub.add_parser("config", help="print the resolved config (defaults, file and --set applied), "
+                            "what each field means, or where the code reads a field")
+    config.add_argument("config", nargs="?", help="YAML config file (default: the built-in defaults)")
+    config.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                        help="override a field, e.g. --set train.lr=3e-4 (repeatable)")
+    shown = config.add_mutually_exclusive_group()
+    shown.add_argument("--docs", action="store_true", help="every field with its value and what it means")
+    shown.add_argument("--where", metavar="SECTION.FIELD", help="what the field means and the lines of "
+                       "workbench's code that read it")
+    config.set_defaults(func=cmd_config)
     return parser
 
 
@@ -107,7 +127,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
-    from workbench.launch.script import submit_script
+    from workbench.launch.submit import submit_script
 
     return follow(submit_script(args.script, args.script_args, load_config(args)), args.quiet)
 
@@ -133,34 +153,38 @@ def follow(run: Any, quiet: bool = False) -> int:
 
 
 class ProgressPrinter:
-    """Prints new metric records as they stream in, at most one line per rank per second."""
+    """Prints each rank's latest metric record as it streams in, at most one line per rank per second."""
 
     KNOWN = ("loss", "loss_reduced", "lr", "samples_per_s", "step_time_s", "comm_wait_s", "mem_mb")
     HIDDEN = {"rank", "step", "time", "epoch", "attempt", "data_time_s", "comm_busy_s", *KNOWN}
 
     def __init__(self, quiet: bool = False, every_s: float = 1.0):
         self.quiet, self.every_s = quiet, every_s
-        self.last: dict[int, float] = {}
+        self.last: dict[int, tuple[float, int]] = {}  # rank -> (when printed, step printed)
         self.started = False
 
     def __call__(self, run: Any) -> None:
-        if not self.quiet and not self.started:
+        if self.quiet:
+            return
+        if not self.started:
             self.started = print_start(run)
-        for rec in run.poll_metrics():
-            now = time.monotonic()
-            if self.quiet or now - self.last.get(rec["rank"], 0) < self.every_s:
+        now = time.monotonic()
+        for rank, frame in sorted(run.metric_frames.frames.items()):
+            printed_at, printed_step = self.last.get(rank, (-self.every_s, -1))
+            if not len(frame) or now - printed_at < self.every_s:
                 continue
-            self.last[rec["rank"]] = now
-            print(f"  rank {rec['rank']} | step {rec['step']:>6} | " + format_record(rec), flush=True)
+            rec = {k: v for k, v in frame.iloc[-1].items() if v == v}  # NaN: a field this record lacks
+            if int(rec.get("step", -1)) == printed_step:
+                continue
+            self.last[rank] = (now, int(rec.get("step", -1)))
+            print(f"  rank {rank} | step {int(rec['step']):>6} | " + format_record(rec), flush=True)
 
 
 def print_start(run: Any) -> bool:
     """Print the derived numbers of rank 0's start event once it is there; returns whether it was."""
-    events = run.events()
-    start = events[(events["event"] == "start") & (events["rank"] == 0)] if len(events) else events
-    if not len(start) or "effective_batch" not in start:
+    e = run.event_summary().start
+    if not e or "effective_batch" not in e:
         return False
-    e = start.iloc[-1]
     print(f"[workbench] {e['world_size']} ranks on {e['device']}: effective batch {e['effective_batch']}, "
           f"lr {e['lr']:.3g}, warmup {e['warmup_steps']} steps, {e['steps_per_epoch']} steps/epoch, "
           f"{e['total_steps']} steps in all", flush=True)
@@ -204,17 +228,6 @@ def _print_failure(run: Any) -> None:
         print(f"[workbench] {failure}\n{failure.traceback}", file=sys.stderr)
 
 
-def parse_world_sizes(text: str) -> list[int]:
-    """"1,2,4,8" -> [1, 2, 4, 8]; anything else is a ConfigError naming --world-sizes."""
-    try:
-        sizes = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        sizes = []
-    if not sizes or min(sizes) < 1:
-        raise ConfigError([f"--world-sizes: expected positive whole numbers separated by commas, got {text!r}"])
-    return sizes
-
-
 def cmd_export(args: argparse.Namespace) -> int:
     from workbench.launch.export import sbatch_script, torchrun_command
 
@@ -227,7 +240,7 @@ def cmd_table(args: argparse.Namespace) -> int:
     from workbench.scaling import scaling_table
 
     cfg = load_config(args)
-    sizes = parse_world_sizes(args.world_sizes)
+    sizes = parse_world_sizes(args.world_sizes, "--world-sizes")
     table = scaling_table(cfg, sizes, rule=args.rule, dataset_size=args.dataset_size, compare_rules=args.compare)
     print(table.to_string(index=False))
     return 0
@@ -238,12 +251,11 @@ BENCH_COLUMNS = ["world_size", "samples_per_s", "speedup", "expected_speedup", "
 
 
 def cmd_bench_scaling(args: argparse.Namespace) -> int:
+    from workbench.launch.run import RunFailed
     from workbench.plots import plot_scaling
     from workbench.scaling_bench import benchmark_scaling
 
-    from workbench.launch.run import RunFailed
-
-    sizes = parse_world_sizes(args.world_sizes)
+    sizes = parse_world_sizes(args.world_sizes, "--world-sizes")
     try:
         frame = benchmark_scaling(load_config(args), sizes, steps=args.steps, warmup_steps=args.warmup_steps)
     except RunFailed as exc:
@@ -274,6 +286,49 @@ def cmd_show(args: argparse.Namespace) -> int:
     elif status.state == "finished":
         print(run.result())
     return 0 if status.state != "failed" else 1
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    cfg = load_config(args)
+    if args.where:
+        print(field_uses(args.where))
+    elif args.docs:
+        flat = _flatten(cfg.to_dict())
+        for path, doc in JobConfig.docs().items():
+            if path in flat:
+                print(f"{path} = {flat[path]!r}\n    {doc}")
+    else:
+        print(cfg.to_yaml(), end="")
+    return 0
+
+
+def field_uses(path: str) -> str:
+    """What a config field means and where workbench's own code reads it (file:line: code)."""
+    import re
+
+    docs = JobConfig.docs()
+    if path not in docs or path in {p.rsplit(".", 1)[0] for p in docs if "." in p}:
+        raise ConfigError([f"--where: {path!r} is not a config field; `workbench config --docs` lists them"])
+    leaf = path.rsplit(".", 1)[-1]
+    pattern = re.compile(rf"\.{leaf}\b|[\"']{leaf}[\"']|\b{leaf}=")
+    root = Path(__file__).resolve().parent
+    hits = [f"  {file.relative_to(root.parent)}:{n}: {line.strip()}"
+            for file in sorted(root.rglob("*.py")) if file.name not in ("config.py", "cli.py")
+            for n, line in enumerate(file.read_text().splitlines(), 1) if pattern.search(line)]
+    return "\n".join([f"{path}: {docs[path]}", "read at:", *(hits or ["  (nowhere but the config itself)"])])
+
+
+def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"train.lr": 0.001, ...}: every field's value, sections opened (option dicts kept whole)."""
+    sections = {path.rsplit(".", 1)[0] for path in JobConfig.docs() if "." in path}
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if path in sections:
+            out.update(_flatten(value, f"{path}."))
+        else:
+            out[path] = value
+    return out
 
 
 def cmd_check(args: argparse.Namespace) -> int:

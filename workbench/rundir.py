@@ -10,24 +10,38 @@
     <run>/checkpoints/           step-{N}.pt files written by rank 0
     <run>/summary.json           written at the end of the run
     <run>/plots/                 figures (loss per rank)
+    <run>/stacks/rank{R}.txt     Python stacks of a stalled rank
+    <run>/rendezvous/            where SLURM rank 0 publishes its port
+
+Creating one (the name under run_root, the private tree, the config snapshot and run.json) lives
+here too, so the submitting side and ``python -m workbench.train`` under torchrun write the same.
 """
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
+import socket
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from workbench.config import JobConfig
+
+RANK_KINDS = ("metrics", "events", "status", "errors", "stacks")
+"""Folders holding one file per rank."""
 
 
 @dataclass(frozen=True)
 class RunDir:
     root: Path
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "root", Path(self.root))
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        object.__setattr__(self, "root", Path(root))
 
     @property
     def config(self) -> Path:
@@ -57,6 +71,10 @@ class RunDir:
     def task_pickle(self) -> Path:
         return self.root / "task.pkl"
 
+    def folder(self, kind: str) -> Path:
+        """The folder of one kind of per-rank file (metrics, events, status, errors, stacks)."""
+        return self.root / kind
+
     def metrics(self, rank: int) -> Path:
         return self.root / "metrics" / f"rank{rank}.jsonl"
 
@@ -78,20 +96,72 @@ class RunDir:
     def rendezvous(self, key: str) -> Path:
         return self.root / "rendezvous" / f"{key}.json"
 
+    def log_files(self, rank: int, suffix: str) -> list[Path]:
+        """The rank's stdout ("out") or stderr ("err") files, one per attempt (submitit names them)."""
+        return sorted(self.logs.glob(f"*_{rank}_log.{suffix}"))
+
+    def rank_files(self, kind: str) -> dict[int, Path]:
+        """rank -> its file of `kind` (metrics, events, status, errors, stacks), for files that exist."""
+        folder = self.folder(kind)
+        if not folder.is_dir():
+            return {}
+        found = {int(p.stem[4:]): p for p in folder.iterdir() if p.stem.startswith("rank") and p.stem[4:].isdigit()}
+        return dict(sorted(found.items()))
+
     def ranks_with(self, kind: str) -> list[int]:
         """Ranks that have a file of `kind` (metrics, events, status, errors)."""
-        folder = self.root / kind
-        if not folder.is_dir():
-            return []
-        ranks = [int(p.stem[4:]) for p in folder.iterdir() if p.stem.startswith("rank") and p.stem[4:].isdigit()]
-        return sorted(ranks)
+        return list(self.rank_files(kind))
 
     def create(self) -> RunDir:
         """Make the folder tree, private to the user (0700): submitit keeps pickles here."""
-        for sub in ("", "metrics", "events", "status", "errors", "logs", "checkpoints", "plots", "stacks", "rendezvous"):
+        for sub in ("", *RANK_KINDS, "logs", "checkpoints", "plots", "rendezvous"):
             (self.root / sub).mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(self.root, 0o700)
         return self
+
+    # --- a run folder's life ---------------------------------------------------------------------
+    def prepare(self, cfg: JobConfig, executor: str, **facts: Any) -> RunDir:
+        """Create the tree, write config.yaml and run.json; a folder used again keeps its start time
+        and its metrics, events, logs and checkpoints, but forgets how the last attempt ended."""
+        self.create()
+        cfg.to_yaml(self.config)
+        meta = read_json(self.meta, {}) or {}
+        if meta:
+            self.forget_last_attempt(meta)
+        meta.update({"executor": executor, "world_size": cfg.world_size, "nodes": cfg.dist.nodes,
+                     "procs_per_node": cfg.dist.procs_per_node, "user": getpass.getuser(),
+                     "submit_host": socket.gethostname(), **facts})
+        meta.setdefault("created", time.time())
+        write_json_atomic(self.meta, meta)
+        return self
+
+    def forget_last_attempt(self, meta: dict[str, Any]) -> None:
+        """Errors, statuses, stacks, summary and the cancel mark go; metrics, events, logs and
+        checkpoints stay."""
+        for kind in ("errors", "status", "stacks"):
+            for path in self.rank_files(kind).values():
+                path.unlink(missing_ok=True)
+        self.summary.unlink(missing_ok=True)
+        meta.pop("cancelled", None)
+
+    def record_job(self, job_id: str) -> None:
+        """Note the scheduler's job id in run.json, so Run.load can reattach to the job later."""
+        meta = read_json(self.meta, {}) or {}
+        meta["job_id"] = str(job_id)
+        meta.setdefault("job_ids", []).append(str(job_id))
+        write_json_atomic(self.meta, meta)
+
+
+def default_run_dir(cfg: JobConfig, suffix: str | None = None) -> Path:
+    """<run_root>/<name>-<YYYYmmdd-HHMMSS-mmm>[-suffix]; name defaults to the task name."""
+    name = cfg.launch.name or _safe_name(cfg.task.name)
+    stamp = suffix or time.strftime("%Y%m%d-%H%M%S") + f"-{int(time.time() * 1000) % 1000:03d}"
+    return Path(cfg.launch.run_root).expanduser().resolve() / f"{name}-{stamp}"
+
+
+def _safe_name(name: str) -> str:
+    keep = "".join(c if c.isalnum() or c in "-_" else "-" for c in name.split(":")[-1].strip("<>"))
+    return keep.strip("-")[:40] or "run"
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

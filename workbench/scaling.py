@@ -8,8 +8,9 @@ capped -> x min(k, cap).  Effective batch = micro_batch_size x grad_accum_steps 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -25,6 +26,18 @@ def multiplier(world_size: int, ref_world_size: int, rule: str, cap: float = 8.0
         raise ValueError(f"scaling.rule: unknown rule {rule!r}; choose one of {', '.join(RULES)}")
     k = world_size / ref_world_size
     return {"none": 1.0, "linear": k, "sqrt": math.sqrt(k), "capped": min(k, cap)}[rule]
+
+
+def parse_world_sizes(text: str, name: str = "world sizes") -> list[int]:
+    """ "1,2,4,8" (or "1 2 4 8") -> [1, 2, 4, 8], sorted and without repeats; anything else is a
+    ConfigError naming `name` (the CLI flag or the widget) and the fix."""
+    from workbench.configtypes import ConfigError
+
+    parts = [p.strip() for p in str(text).replace(" ", ",").split(",") if p.strip()]
+    if not parts or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise ConfigError([f"{name}: expected positive whole numbers separated by commas, e.g. 1,2,4,8; "
+                           f"got {text!r}"])
+    return sorted({int(p) for p in parts})
 
 
 def effective_batch(micro_batch_size: int, grad_accum_steps: int, world_size: int) -> int:

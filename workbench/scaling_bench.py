@@ -12,8 +12,9 @@ next to a ``scaling.csv`` of the table.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from workbench import analysis
 from workbench.configtypes import ConfigError
@@ -94,8 +95,9 @@ def benchmark_scaling(cfg: JobConfig, world_sizes: Iterable[int] = (1, 2), steps
     if run_root is not None:
         cfg = cfg.replace(launch__run_root=str(run_root))
     configs = [bench_config(cfg, n, steps).check() for n in sizes]  # every problem before the first run
-    folder = _bench_folder(cfg, task)
-    rows = [_measure(_run(c, task, folder / f"world{c.world_size}"), c, warmup_steps) for c in configs]
+    factory = task  # the public keyword is task=; it is a task factory
+    folder = _bench_folder(cfg, factory)
+    rows = [_measure(_run(c, factory, folder / f"world{c.world_size}"), c, warmup_steps) for c in configs]
     frame = compare(rows)
     frame.to_csv(folder / "scaling.csv", index=False)
     frame.attrs["folder"] = str(folder)
@@ -116,23 +118,23 @@ def _check(world_sizes: Iterable[int], steps: int, warmup_steps: int) -> list[in
     return sizes
 
 
-def _bench_folder(cfg: JobConfig, task: Callable[..., Any] | None) -> Path:
+def _bench_folder(cfg: JobConfig, factory: Callable[..., Any] | None) -> Path:
     from workbench.engine.tasks import factory_label
-    from workbench.launch.runfolder import default_run_dir
+    from workbench.rundir import default_run_dir
 
-    named = cfg.replace(task__name=factory_label(task)) if task is not None else cfg
+    named = cfg.replace(task__name=factory_label(factory)) if factory is not None else cfg
     base = default_run_dir(named)
     folder = base.parent / f"scaling-{base.name}"
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     return folder
 
 
-def _run(cfg: JobConfig, task: Callable[..., Any] | None, run_dir: Path) -> Run:
+def _run(cfg: JobConfig, factory: Callable[..., Any] | None, run_dir: Path) -> Run:
     """Submit, wait, and raise the failing rank's error (RunFailed) if the run did not finish."""
     from workbench.launch.submit import submit
     from workbench.validate import parse_time_limit
 
-    run = submit(cfg, task=task, run_dir=run_dir)
+    run = submit(cfg, task=factory, run_dir=run_dir)
     try:
         status = run.wait(timeout=parse_time_limit(cfg.launch.time_limit) * 60 + 120)
     except BaseException:  # a timeout or Ctrl-C: leave no ranks behind

@@ -6,7 +6,7 @@ A rank's own work (data + compute) is compared with the median of the *other* ra
 from __future__ import annotations
 
 import statistics
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def slower_than_others(work: Sequence[float], threshold: float) -> dict[int, tuple[float, float]]:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -21,7 +22,7 @@ class JsonlWriter:
     def __init__(self, path: Path):
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._fh = open(path, "a", buffering=1)  # line-buffered: every record reaches the file
+        self._fh = open(path, "a", buffering=1)  # noqa: SIM115 - open for the writer's life; line-buffered
         if self._fh.tell() and not _ends_with_newline(path):
             self._fh.write("\n")  # an earlier attempt died mid-line: keep our first record whole
         self._lock = threading.Lock()  # the heartbeat thread writes events too: whole lines only
@@ -160,12 +161,14 @@ def _extend(old: pd.DataFrame | None, new: pd.DataFrame) -> pd.DataFrame:
     """Append a rank's new rows; where steps repeat (a resumed run), the newest attempt wins."""
     import pandas as pd
 
-    fresh = old is None or len(old) == 0
-    frame = new if fresh else pd.concat([old, new], ignore_index=True)
+    if old is None or len(old) == 0:
+        old = None
+    frame = new if old is None else pd.concat([old, new], ignore_index=True)
     if "step" not in new or not len(new):
         return frame.reset_index(drop=True)
     steps = new["step"]
-    in_order = steps.is_monotonic_increasing and steps.is_unique and (fresh or steps.iloc[0] > old["step"].iloc[-1])
+    after = old is None or steps.iloc[0] > old["step"].iloc[-1]
+    in_order = steps.is_monotonic_increasing and steps.is_unique and after
     if not in_order:
         if "attempt" in frame:
             frame = frame.sort_values("attempt", kind="stable")

@@ -55,6 +55,8 @@ class CharDataset(Dataset):
 class TinyTransformer(nn.Module):
     """A decoder-only transformer: embeddings, causal encoder layers, a tied output head."""
 
+    mask: torch.Tensor
+
     def __init__(self, vocab: int, block_size: int, d_model: int, n_head: int, n_layer: int, dropout: float):
         super().__init__()
         self.tok = nn.Embedding(vocab, d_model)

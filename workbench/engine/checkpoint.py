@@ -8,12 +8,50 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+import torch.distributed as dist
 
 from workbench.rundir import RunDir
+
+if TYPE_CHECKING:
+    from workbench.engine.monitor import RankMonitor
+
+
+class CheckpointWriter:
+    """Rank 0's writer: step-N.pt, atomically, keeping the newest `keep`; records a checkpoint event.
+    The monitor's `saving` lock is held while writing, so a stopping rank never cuts a write short."""
+
+    def __init__(self, run: RunDir, keep: int, monitor: RankMonitor):
+        self.run, self.keep, self.monitor = run, keep, monitor
+
+    def write(self, step: int, epoch: int, make_state: Callable[[], dict[str, Any]]) -> None:
+        with self.monitor.saving:
+            path = save_checkpoint(self.run, step, make_state(), self.keep)
+        self.monitor.event("checkpoint", path=str(path), epoch=epoch)
+
+
+class NoCheckpointWriter:
+    """Every other rank's: nothing to write (rank 0 holds the same replicated state)."""
+
+    def write(self, step: int, epoch: int, make_state: Callable[[], dict[str, Any]]) -> None:
+        return None
+
+
+def checkpoint_writer(is_main: bool, run: RunDir, keep: int,
+                      monitor: RankMonitor) -> CheckpointWriter | NoCheckpointWriter:
+    """The rank's role, decided once: rank 0 writes checkpoints, the others do nothing."""
+    return CheckpointWriter(run, keep, monitor) if is_main else NoCheckpointWriter()
+
+
+def gather_rng_states(world_size: int) -> list[Any]:
+    """Every rank's RNG states, on every rank (all_gather_object: a collective every rank must reach)."""
+    states: list[Any] = [None] * world_size
+    dist.all_gather_object(states, rng_state())
+    return states
 
 
 def rng_state() -> dict[str, Any]:

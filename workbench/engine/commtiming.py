@@ -8,7 +8,8 @@ On CUDA these are host-side times of asynchronous work: read them as an upper bo
 
 # No "from __future__ import annotations": DDP inspects the hook's annotations at runtime.
 import time
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -25,7 +26,7 @@ class CommTimer:
     def __init__(self, compress: str = "none"):
         self.inner = INNER[compress]
         self.busy = 0.0
-        self.last_ready: Optional[float] = None
+        self.last_ready: float | None = None
 
     def take(self, backward_end: float) -> "tuple[float, float]":
         """(comm_wait_s, comm_busy_s) of the step just finished; resets for the next step."""

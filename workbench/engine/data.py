@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
@@ -37,10 +38,11 @@ class UnpaddedSampler(DistributedSampler):
 
     def __init__(self, dataset: Any, num_replicas: int, rank: int):
         super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=False)
-        self.num_samples = len(range(rank, len(dataset), num_replicas))
+        self.size = len(dataset)
+        self.num_samples = len(range(rank, self.size, num_replicas))
 
     def __iter__(self) -> Iterator[int]:
-        return iter(range(self.rank, len(self.dataset), self.num_replicas))
+        return iter(range(self.rank, self.size, self.num_replicas))
 
 
 def train_loader(dataset: Any, cfg: DataConfig, batch: int, rank: int, world: int, seed: int,
@@ -56,9 +58,17 @@ def train_loader(dataset: Any, cfg: DataConfig, batch: int, rank: int, world: in
 
 def start_epoch(loader: DataLoader, epoch: int, skip_samples: int, seed: int, rank: int) -> Iterator[Any]:
     """Iterator over this rank's shard for `epoch`, skipping samples already trained on."""
-    loader.sampler.set_epoch(epoch, skip=skip_samples)
+    resumable_sampler(loader).set_epoch(epoch, skip=skip_samples)
     loader.generator.manual_seed((seed * 1_000_003 + rank) * 10_007 + epoch)  # worker seeds per (rank, epoch)
     return iter(loader)
+
+
+def resumable_sampler(loader: DataLoader) -> ResumableSampler:
+    """The training loader's sampler (train_loader made it a ResumableSampler)."""
+    sampler = loader.sampler
+    if not isinstance(sampler, ResumableSampler):
+        raise TypeError(f"expected a loader from train_loader(), whose sampler is a ResumableSampler; got {sampler!r}")
+    return sampler
 
 
 def eval_loader(dataset: Any, cfg: DataConfig, batch: int, rank: int, world: int, device: str) -> DataLoader:

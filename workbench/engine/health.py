@@ -45,11 +45,10 @@ class HealthCheck:
         everyone = [torch.empty_like(mine) for _ in range(self.env.world_size)]
         dist.all_gather(everyone, mine)
         table = torch.stack([t.cpu() for t in everyone])
-        found = {"in_sync": True, "diverged_ranks": [], "first_diverged": None}
+        found: dict[str, Any] = {"in_sync": True, "diverged_ranks": [], "first_diverged": None}
         found.update(_divergence(table[:, :-1], self.names))
-        if self.env.is_main:
-            self.monitor.event("sync_check", **found, check_s=time.perf_counter() - started)
-            self._report_stragglers(table[:, -1].tolist())
+        self.monitor.run_event("sync_check", **found, check_s=time.perf_counter() - started)
+        self._report_stragglers(table[:, -1].tolist())
         self.monitor.in_sync = found["in_sync"]
         return found
 
@@ -63,7 +62,7 @@ class HealthCheck:
 
     def _report_stragglers(self, medians: list[float]) -> None:
         for rank, (others, slower_by) in slower_than_others(medians, self.threshold).items():
-            self.monitor.event("straggler", straggler_rank=rank, median_work_s=medians[rank],
+            self.monitor.run_event("straggler", straggler_rank=rank, median_work_s=medians[rank],
                                others_median_work_s=others, slower_by=slower_by)
 
 
@@ -87,15 +86,14 @@ def _divergence(table: torch.Tensor, names: list[str]) -> dict[str, Any]:
     return found
 
 
-def check_shards(sampler: Any, monitor: RankMonitor, is_main: bool, device: str = "cpu") -> dict[str, Any] | None:
+def check_shards(sampler: Any, monitor: RankMonitor, device: str = "cpu") -> dict[str, Any] | None:
     """At start: are the ranks' shards disjoint, what do they cover, does set_epoch reshuffle?
 
     Each rank's epoch-0 indices travel in one tensor all_gather (shards have equal length); whether
     its own order changes from epoch 0 to 1 rides along as the last element."""
     dataset_size = len(sampler.dataset)
     if dataset_size > MAX_SHARD_CHECK_SAMPLES:
-        if is_main:
-            monitor.event("shard_check", skipped=f"dataset of {dataset_size} samples is too large to check")
+        monitor.run_event("shard_check", skipped=f"dataset of {dataset_size} samples is too large to check")
         return None
     skip, epoch = sampler.skip, sampler.epoch
     orders = []
@@ -109,8 +107,7 @@ def check_shards(sampler: Any, monitor: RankMonitor, is_main: bool, device: str 
     everyone = [t.cpu() for t in everyone]
     result = shard_report([t[:-1].tolist() for t in everyone], [bool(t[-1]) for t in everyone],
                           dataset_size, sampler.shuffle)
-    if is_main:
-        monitor.event("shard_check", **result)
+    monitor.run_event("shard_check", **result)
     return result
 
 

@@ -17,8 +17,10 @@ import socket
 import threading
 import time
 import traceback
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
+from workbench.rankstate import ACTIVE, HEARTBEAT_S, LOST_AFTER_S, lost_message
 from workbench.rundir import RunDir, read_json, write_json_atomic
 from workbench.stream import JsonlWriter
 
@@ -30,17 +32,24 @@ def node_name() -> str:
     return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
 
+def _ignore(kind: str, **fields: Any) -> None:
+    return None
+
+
 class RankMonitor:
-    def __init__(self, run: RunDir, rank: int, world_size: int, attempt: int = 0, heartbeat_s: float = 2.0,
+    def __init__(self, run: RunDir, rank: int, world_size: int, attempt: int = 0, heartbeat_s: float = HEARTBEAT_S,
                  stall_after_s: float = 300.0):
         self.run, self.rank, self.world_size, self.attempt = run, rank, world_size, attempt
         self.metrics = JsonlWriter(run.metrics(rank))
         self.events = JsonlWriter(run.events(rank))
+        self.run_event = self.event if rank == 0 else _ignore
+        """For findings about the whole run that every rank computes alike (a sync check, the shard
+        check): rank 0 records them, the other ranks' calls do nothing (the role is fixed here)."""
         self.step = 0
         self.state = "starting"
         self.in_sync: bool | None = None
         self.stall_after_s = stall_after_s
-        self.lost_after_s = max(60.0, 30 * heartbeat_s)
+        self.lost_after_s = max(LOST_AFTER_S, 30 * heartbeat_s)
         self.stalled = False
         self._progress = (0, time.time())  # (step, when it was first seen)
         self.saving = threading.Lock()
@@ -133,12 +142,11 @@ class RankMonitor:
             return
         data = read_json(self.run.status(peer))
         silent = (now or time.time()) - float(data.get("time", 0)) if data else 0.0
-        if data and data.get("state") in ("starting", "running") and silent > self.lost_after_s:
+        if data and data.get("state") in ACTIVE and silent > self.lost_after_s:
             write_json_atomic(self.run.error(peer), {
                 "rank": peer, "type": "Lost", "traceback": "", "time": time.time(), "step": data.get("step"),
                 "host": data.get("host", ""), "attempt": self.attempt, "reported_by": self.rank,
-                "message": f"rank {peer} sent no heartbeat for {silent:.0f} s (killed, out of memory, or its "
-                           f"node failed); noticed by rank {self.rank}"})
+                "message": lost_message(peer, silent, noticed_by=self.rank)})
 
     def dump_stacks(self) -> None:
         """Every thread's Python stack of this rank, into stacks/rank{R}.txt."""

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Any
 
 from workbench.config import JobConfig
 from workbench.engine.env import DistEnv, pick_device_and_backend

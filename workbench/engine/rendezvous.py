@@ -1,15 +1,58 @@
-"""Where ranks meet: a free port on loopback (local) or on the allocation's first node (SLURM).
+"""How a submitit process becomes a torchrun-style rank: the torchrun contract, where ranks meet,
+and which GPU each rank takes.
 
-For SLURM the port cannot be chosen by the submitter (the node is not known yet), so global rank 0
-picks a free port on its node and publishes it in the run folder; the other ranks wait for it."""
+Local runs meet on 127.0.0.1 at a port the submitter found free.  On SLURM the port cannot be
+chosen by the submitter (the node is not known yet), so global rank 0 picks a free port on its
+node and publishes it in the run folder; the other ranks wait for it."""
 
 from __future__ import annotations
 
+import os
 import socket
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from workbench.rundir import read_json, write_json_atomic
+from workbench.engine.env import DistEnv
+from workbench.rundir import RunDir, read_json, write_json_atomic
+
+
+@dataclass
+class RankContract:
+    """Made by the submitter, pickled with the entry callable, applied inside each rank."""
+
+    local: bool
+    """Rendezvous on 127.0.0.1 with `port` (local) or on the first node of the allocation (SLURM)."""
+    port: int = 0
+    gpu_ids: list[str] = field(default_factory=list)
+    """Device ids the user made visible; the rank with local rank i gets gpu_ids[i]."""
+    rendezvous_timeout_s: float = 300.0
+
+    def export(self, run: RunDir) -> DistEnv:
+        """Set RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ... from submitit's view."""
+        import submitit
+
+        job = submitit.JobEnvironment()
+        world, nodes = job.num_tasks, job.num_nodes
+        host = "127.0.0.1" if self.local else job.hostnames[0]
+        port = self.port or self._slurm_port(run, job)
+        env = DistEnv(job.global_rank, job.local_rank, world, world // nodes, host, port)
+        env.export()
+        if self.gpu_ids:  # one GPU per rank, chosen from the user's own visible set
+            os.environ["CUDA_VISIBLE_DEVICES"] = self.gpu_ids[job.local_rank % len(self.gpu_ids)]
+        return env
+
+    def _slurm_port(self, run: RunDir, job: Any) -> int:
+        path = run.rendezvous(f"{job.job_id}-{attempt()}")
+        if job.global_rank == 0:
+            return publish_port(path, job.hostnames[0])
+        return wait_for_port(path, self.rendezvous_timeout_s)
+
+
+def attempt() -> int:
+    """How many times this job was requeued before (SLURM_RESTART_COUNT; 0 locally)."""
+    return int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
 
 
 def free_port(host: str = "127.0.0.1") -> int:

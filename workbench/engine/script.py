@@ -1,4 +1,4 @@
-"""Script mode: launch an existing torchrun-style script with the same environment and run folder.
+"""Script mode, inside a rank: run an existing torchrun-style script with the run folder's reporting.
 
 The script runs in each rank's process (runpy), with RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and
 MASTER_PORT set as torchrun would, so its own ``init_process_group()`` works unchanged.  One line
@@ -14,10 +14,9 @@ import os
 import runpy
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-from workbench.config import JobConfig
+from workbench.engine.monitor import RankMonitor
 from workbench.rundir import RunDir, write_json_atomic
 
 RUN_DIR_ENV = "WORKBENCH_RUN_DIR"
@@ -47,8 +46,6 @@ def log(step: int, **metrics: Any) -> None:
 def run_script_rank(script: str, args: list[str], run_dir: str, rank: int, attempt: int = 0) -> int:
     """Run `script` as this rank with sys.argv = [script, *args]; errors land in the run folder."""
     global _monitor
-    from workbench.engine.monitor import RankMonitor
-
     run = RunDir(run_dir)
     monitor = _monitor = RankMonitor(run, rank, int(os.environ["WORLD_SIZE"]), attempt).start()
     watch_set_epoch(monitor)
@@ -99,26 +96,3 @@ def _run_path(script: str) -> None:
     except SystemExit as exc:
         if exc.code not in (None, 0):
             raise RuntimeError(f"{script} exited with status {exc.code}") from None
-
-
-def submit_script(script: str | Path, args: list[str] | None = None, cfg: JobConfig | None = None,
-                  nproc: int | None = None, run_dir: str | Path | None = None) -> Any:
-    """Launch a torchrun-style script on cfg's executor (local or SLURM), one process per rank."""
-    from workbench.launch.executors import make_executor
-    from workbench.launch.run import Run
-    from workbench.launch.runfolder import default_run_dir, prepare_run_dir, record_job
-    from workbench.launch.submit import check_before_submit
-    from workbench.launch.worker import ScriptEntry
-
-    script = str(Path(script).resolve())
-    if not Path(script).is_file():
-        raise FileNotFoundError(f"script {script} does not exist")
-    cfg = cfg or JobConfig()
-    cfg = cfg.replace(task__name=f"<script {Path(script).name}>", **({"dist__procs_per_node": nproc} if nproc else {}))
-    check_before_submit(cfg)
-    run = prepare_run_dir(run_dir or default_run_dir(cfg.replace(launch__name=cfg.launch.name or Path(script).stem)),
-                          cfg, cfg.launch.executor, script=script, args=list(args or []))
-    executor, task_env = make_executor(cfg, run)
-    job = executor.submit(ScriptEntry(script, list(args or []), str(run.root), task_env))
-    record_job(run, job)
-    return Run(run.root, job)

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 BUILTINS = {
     "synthetic": "workbench.engine.builtin_tasks:synthetic_classification",

@@ -1,4 +1,4 @@
-"""Run the engine under plain torchrun:
+"""Inside each rank started by plain torchrun: the engine, with the same run folder a submitted run writes.
 
     torchrun --nproc_per_node=2 -m workbench.train CONFIG.yaml [--run-dir DIR] [--set train.lr=1e-3 ...]
 
@@ -12,7 +12,7 @@ import os
 import sys
 
 from workbench.config import JobConfig
-from workbench.launch.runfolder import default_run_dir, prepare_run_dir
+from workbench.rundir import RunDir, default_run_dir
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
                      "with --standalone (or --rdzv-id) so the run id names a fresh folder")
     run_dir = args.run_dir or str(default_run_dir(cfg, suffix=f"torchrun-{run_id}"))
     if os.environ.get("RANK", "0") == "0":
-        prepare_run_dir(run_dir, cfg, executor="torchrun")
+        RunDir(run_dir).prepare(cfg, executor="torchrun")
     from workbench.engine.rank import run_rank
 
     summary = run_rank(cfg, run_dir)

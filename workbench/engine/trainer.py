@@ -1,10 +1,12 @@
 """The training loop of one rank.  Reads top to bottom like nanoGPT's train.py:
 
-    lr (scheduler) -> micro-steps (no_sync on all but the last) -> clip -> step -> zero_grad
-    -> log -> eval -> checkpoint -> early stop
+    micro-steps (no_sync on all but the last) -> clip -> step -> zero_grad -> lr -> log
+    -> health check -> eval -> early stop -> checkpoint
 
-Everything rank-dependent (who writes checkpoints, who decides early stopping) is decided when
-the Trainer is built; the loop itself has no rank branches except the rank-0 checkpoint write.
+Every call that all ranks must reach together (a collective: if one rank skips it, the others wait
+until the process-group timeout) is made from fit() or train_step() and marked "collective" there.
+What differs between ranks is decided when the Trainer is built (rank 0's checkpoint writer, the
+others' do-nothing one; rank 0 records run-wide findings), not by branches in the loop.
 """
 
 from __future__ import annotations
@@ -12,26 +14,26 @@ from __future__ import annotations
 import contextlib
 import resource
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from workbench.config import JobConfig
+from workbench.engine.checkpoint import checkpoint_writer, gather_rng_states, load_latest, set_rng_state
 from workbench.engine.commtiming import attach as attach_comm_timer
-from workbench.engine.checkpoint import load_latest, rng_state, save_checkpoint, set_rng_state
-from workbench.engine.data import eval_loader, start_epoch, to_device, train_loader
+from workbench.engine.data import eval_loader, resumable_sampler, start_epoch, to_device, train_loader
 from workbench.engine.env import DistEnv
+from workbench.engine.health import HealthCheck, check_shards
 from workbench.engine.monitor import RankMonitor
 from workbench.engine.optim import build_optimizer, build_scheduler
 from workbench.engine.preempt import PreemptionFlag
-from workbench.engine.health import HealthCheck, check_shards
 from workbench.engine.steplog import StepLogger
 from workbench.engine.tasks import Task
 from workbench.rundir import RunDir
 from workbench.scaling import describe_change, effective_batch, scaled
-
 
 # A preemption signal is shared across ranks on logged steps, and at least this often.
 STOP_CHECK_EVERY_STEPS = 10
@@ -71,24 +73,47 @@ class Trainer:
         self.preempt = preempt or PreemptionFlag()
         self.steplog = StepLogger(monitor, env.world_size, device)
         self.health = HealthCheck(self.model.module, monitor, env, device, cfg.dist.straggler_threshold)
+        self.checkpoints = checkpoint_writer(env.is_main, run, t.keep_checkpoints, monitor)
 
     # --- the loop --------------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
+        t, d = self.cfg.train, self.cfg.dist
         self._start_event()
-        check_shards(self.loader.sampler, self.monitor, self.env.is_main, self.device)
+        sampler = resumable_sampler(self.loader)
+        check_shards(sampler, self.monitor, self.device)  # collective: all_gather of shard indices
         if self.step >= self.total_steps:  # resumed a run that had already reached its end
             self.stop_reason = "max_steps"
         while not self.stop_reason:
-            batches = start_epoch(self.loader, self.epoch, self.micro_in_epoch * self.cfg.train.micro_batch_size,
-                                  self.cfg.train.seed, self.env.rank)
+            batches = start_epoch(self.loader, self.epoch, self.micro_in_epoch * t.micro_batch_size, t.seed,
+                                  self.env.rank)
             while self.micro_in_epoch // self.accum < self.steps_per_epoch and not self.stop_reason:
-                self.train_step(batches)
-                self.after_step()
-            if not self.stop_reason:
-                self.end_epoch()
+                self.train_step(batches)  # ends in a collective: loss + stop-flag all_reduce (async)
+                if self.stop_reason == "preempted":
+                    self.save()  # collective: all_gather_object of RNG states, then rank 0 writes
+                    self.monitor.event("preempted", epoch=self.epoch)
+                    break
+                if _due(self.step, d.check_every_steps):
+                    self.health.check(self.step)  # collective: all_gather of parameter checksums, work times
+                if _due(self.step, t.eval_every_steps):
+                    self.evaluate()  # collective: all_reduce of the eval sums
+                    self.early_stop()  # collective: broadcast of rank 0's decision
+                if _due(self.step, t.checkpoint_every_steps):
+                    self.save()  # collective: all_gather_object of RNG states, then rank 0 writes
+                if self.step >= self.total_steps:
+                    self.stop_reason = self.stop_reason or "max_steps"
+            if self.stop_reason:
+                break
+            self.end_epoch()
+            if not t.eval_every_steps:
+                self.evaluate()  # collective: all_reduce of the eval sums
+                self.early_stop()  # collective: broadcast of rank 0's decision
+            if not t.checkpoint_every_steps:
+                self.save()  # collective: all_gather_object of RNG states, then rank 0 writes
+            if self.epoch >= t.epochs:
+                self.stop_reason = self.stop_reason or "epochs"
         self.steplog.flush()  # the last step's record
         if self.step and self.saved_step != self.step:
-            self.save()
+            self.save()  # collective: every rank ends here with the same step
         return self.summary()
 
     def train_step(self, batches: Iterator[Any]) -> None:
@@ -115,7 +140,7 @@ class Trainer:
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
-        lr = self.scheduler.get_last_lr()[0]
+        lr = float(self.scheduler.get_last_lr()[0])
         self.scheduler.step()
         self.step += 1
         self.monitor.step = self.step
@@ -126,6 +151,7 @@ class Trainer:
             timings = {"step_time_s": step_time, "data_time_s": data_time, "comm_wait_s": comm_wait,
                        "comm_busy_s": comm_busy}
             record = self.record(loss_sum, lr, timings) if logged else None
+            # collective: all_reduce of (loss, stop flag), started here, awaited at the next one
             if self.steplog.log(record, loss_sum, self.preempt.requested):
                 self.stop_reason = "preempted"  # some rank was signalled; all ranks see it at this step
 
@@ -138,34 +164,14 @@ class Trainer:
             "mem_mb": self._memory_mb(), "attempt": self.monitor.attempt,
         }
 
-    def after_step(self) -> None:
-        t = self.cfg.train
-        if self.stop_reason == "preempted":
-            self.save()
-            self.monitor.event("preempted", epoch=self.epoch)
-            return
-        if self.cfg.dist.check_every_steps and self.step % self.cfg.dist.check_every_steps == 0:
-            self.health.check(self.step)
-        if t.eval_every_steps and self.step % t.eval_every_steps == 0:
-            self.evaluate()
-        if t.checkpoint_every_steps and self.step % t.checkpoint_every_steps == 0:
-            self.save()
-        if self.step >= self.total_steps:
-            self.stop_reason = self.stop_reason or "max_steps"
-
     def end_epoch(self) -> None:
         self.monitor.event("epoch_end", epoch=self.epoch)
         self.epoch += 1
         self.micro_in_epoch = 0
-        if not self.cfg.train.eval_every_steps:
-            self.evaluate()
-        if not self.cfg.train.checkpoint_every_steps:
-            self.save()
-        if self.epoch >= self.cfg.train.epochs:
-            self.stop_reason = self.stop_reason or "epochs"
 
     # --- evaluation and early stopping -----------------------------------------------------------
     def evaluate(self) -> dict[str, float]:
+        """Validation loss and metrics over the whole validation set, reduced as sums and counts."""
         if self.val_loader is None:
             return {}
         module = self.model.module  # not the DDP wrapper: shards may differ in batch count
@@ -178,24 +184,24 @@ class Trainer:
                 out = module(inputs)
                 n = len(target)
                 values = [self.task.loss_fn(out, target), *(fn(out, target) for fn in self.task.metrics.values())]
-                sums[:-1] += torch.stack([torch.as_tensor(v, dtype=torch.float64, device=self.device) for v in values]) * n
+                batch_means = [torch.as_tensor(v, dtype=torch.float64, device=self.device) for v in values]
+                sums[:-1] += torch.stack(batch_means) * n
                 sums[-1] += n
         module.train()
         dist.all_reduce(sums)  # sums and counts: exact for uneven shards
         result = {name: (sums[i] / sums[-1]).item() for i, name in enumerate(names)}
         self.last_eval = result
         self.monitor.event("eval", epoch=self.epoch, **result)
-        self._early_stop(result)
         return result
 
-    def _early_stop(self, result: dict[str, float]) -> None:
+    def early_stop(self) -> None:
+        """Every rank judges the (all-reduced, so identical) eval result; rank 0's verdict is then
+        broadcast, so that all ranks stop at the same step even if their arithmetic differed."""
         es = self.cfg.train.early_stopping
-        if es.patience is None:
+        if es.patience is None or not self.last_eval:
             return
-        decision = torch.zeros(1, device=self.device)
-        if self.env.is_main:
-            decision[0] = float(self._no_improvement(result[es.metric] if es.metric in result else None))
-        dist.broadcast(decision, src=0)  # rank 0 decides; every rank stops at the same step
+        decision = torch.tensor([float(self._no_improvement(self.last_eval.get(es.metric)))], device=self.device)
+        dist.broadcast(decision, src=0)
         if decision.item():
             self.stop_reason = "early_stop"
             self.monitor.event("early_stop", metric=es.metric, best=self.best, patience=es.patience)
@@ -211,18 +217,14 @@ class Trainer:
             self.best, self.bad_evals = value, 0
         else:
             self.bad_evals += 1
-        return self.bad_evals >= es.patience
+        return es.patience is not None and self.bad_evals >= es.patience
 
     # --- checkpoints -----------------------------------------------------------------------------
     saved_step = -1
 
     def save(self) -> None:
-        states: list[Any] = [None] * self.env.world_size
-        dist.all_gather_object(states, rng_state())  # every rank's RNG, so resume is exact
-        if self.env.is_main:
-            with self.monitor.saving:
-                path = save_checkpoint(self.run, self.step, self._state(states), self.cfg.train.keep_checkpoints)
-            self.monitor.event("checkpoint", path=str(path), epoch=self.epoch)
+        rng = gather_rng_states(self.env.world_size)  # every rank's RNG, so a resume is exact
+        self.checkpoints.write(self.step, self.epoch, lambda: self._state(rng))
         self.saved_step = self.step
 
     def _state(self, rng_states: list[Any]) -> dict[str, Any]:
@@ -269,7 +271,7 @@ class Trainer:
         self.monitor.event("start", world_size=self.env.world_size, device=self.device,
                            effective_batch=s.effective_batch, lr=s.lr, warmup_steps=s.warmup_steps,
                            steps_per_epoch=self.steps_per_epoch, total_steps=self.total_steps,
-                           samples_per_rank=self.loader.sampler.num_samples)
+                           samples_per_rank=resumable_sampler(self.loader).num_samples)
 
     def summary(self) -> dict[str, Any]:
         return {"rank": self.env.rank, "steps": self.step, "epochs": self.epoch, "stop_reason": self.stop_reason,
@@ -286,3 +288,8 @@ def _too_small_message(cfg: JobConfig, world: int, n: int) -> str:
     return (f"train.micro_batch_size: the training set has {n} samples but one optimizer step needs "
             f"{per_step} (micro_batch_size x grad_accum_steps x world_size); lower micro_batch_size "
             f"or grad_accum_steps, or use fewer ranks")
+
+
+def _due(step: int, every: int | None) -> bool:
+    """Whether an every-N-steps action is due at `step` (never when N is empty)."""
+    return every is not None and step % every == 0

@@ -1,4 +1,4 @@
-"""submitit executors built from the launch section: one task per rank, a real time limit."""
+"""submitit executors built from the launch section: one rank process per submitit task, a real time limit."""
 
 from __future__ import annotations
 
@@ -9,26 +9,25 @@ import submitit
 
 from workbench.config import JobConfig
 from workbench.devices import parse_visible_devices, visible_gpu_count
-from workbench.launch.rendezvous import free_port
-from workbench.launch.worker import TaskEnv
+from workbench.engine.rendezvous import RankContract, free_port
 from workbench.rundir import RunDir
 from workbench.validate import parse_time_limit
 
 
-def make_executor(cfg: JobConfig, run: RunDir) -> tuple[submitit.Executor, TaskEnv]:
+def make_executor(cfg: JobConfig, run: RunDir) -> tuple[submitit.Executor, RankContract]:
     if cfg.launch.executor == "slurm":
-        return slurm_executor(cfg, run), TaskEnv(local=False)
+        return slurm_executor(cfg, run), RankContract(local=False)
     return local_executor(cfg, run)
 
 
-def local_executor(cfg: JobConfig, run: RunDir) -> tuple[submitit.LocalExecutor, TaskEnv]:
+def local_executor(cfg: JobConfig, run: RunDir) -> tuple[submitit.LocalExecutor, RankContract]:
     executor = submitit.LocalExecutor(folder=run.logs)
     # Not submitit's 2-minute default: the job's own limit.  USR2 comes 30 s before it.
     executor.update_parameters(tasks_per_node=cfg.dist.procs_per_node, nodes=1,
                                timeout_min=parse_time_limit(cfg.launch.time_limit), signal_delay_s=30)
     gpus = visible_gpu_count()
     gpu_ids = parse_visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"), gpus)[:gpus] if gpus else []
-    return executor, TaskEnv(local=True, port=free_port("127.0.0.1"), gpu_ids=gpu_ids)
+    return executor, RankContract(local=True, port=free_port("127.0.0.1"), gpu_ids=gpu_ids)
 
 
 def slurm_executor(cfg: JobConfig, run: RunDir) -> submitit.SlurmExecutor:

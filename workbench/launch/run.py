@@ -5,13 +5,16 @@ from __future__ import annotations
 import functools
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from workbench.config import JobConfig
-from workbench.launch.status import RunStatus, overall_state, rank_statuses, total_steps
+from workbench.launch.status import RunStatus, run_status
+from workbench.rankstate import LOST_AFTER_S, lost_message
 from workbench.rundir import RunDir, read_json, write_json_atomic
+from workbench.runevents import EventSummary
 from workbench.stream import MultiTail, RankFrames
 
 if TYPE_CHECKING:
@@ -44,17 +47,20 @@ class RankFailure:
 
 
 class Run:
-    """A submitted (or finished) run.  Cheap to poll: files are tailed by byte offset."""
+    """A submitted (or finished) run.  Cheap to poll: files are tailed by byte offset.
+
+    The handle owns the one reader of the run's metrics and events; the CLI, the dashboard and the
+    report all read through it, so each record is parsed once and every view shows the same."""
 
     def __init__(self, run_dir: str | Path, job: Any = None):
         self.dir = RunDir(Path(run_dir))
         self.job = job
-        self._metrics = RankFrames(self.dir.root / "metrics")
-        self._events = MultiTail(self.dir.root / "events")
+        self.metric_frames = RankFrames(self.dir.folder("metrics"))
+        """The one incremental reader of every rank's metrics (shared with the dashboard)."""
+        self._events = MultiTail(self.dir.folder("events"))
+        self._summary = EventSummary()
+        self._stragglers: tuple[int, pd.DataFrame] | None = None
         self._failed_at: float | None = None
-        self._health_seen = 0
-        self._health: dict[str, Any] = {"in_sync": None, "diverged_ranks": [], "first_diverged": None,
-                                        "stragglers": {}, "shards_ok": None, "warnings": []}
 
     @classmethod
     def load(cls, run_dir: str | Path) -> Run:
@@ -73,8 +79,9 @@ class Run:
     def meta(self) -> dict[str, Any]:
         return read_json(self.dir.meta, {}) or {}
 
-    @property
+    @functools.cached_property
     def config(self) -> JobConfig:
+        """The config snapshot in the run folder (read once per handle)."""
         return JobConfig.from_yaml(self.dir.config)
 
     @functools.cached_property
@@ -92,12 +99,17 @@ class Run:
         return bool(self.job.done())
 
     def status(self) -> RunStatus:
+        """Where the run stands: run and rank states, steps, rate (workbench.launch.status)."""
         done = self.job_done()
-        ranks = rank_statuses(self.dir, self.world_size, done)
-        state = overall_state(self.dir, ranks, done, bool(self.meta.get("cancelled")))
-        step = min((r.step for r in ranks), default=0)
-        self._events.poll()
-        return RunStatus(state, ranks, step, total_steps(self._events.records), _job_state(self.job))
+        cancelled = bool(self.meta.get("cancelled"))
+        self.metric_frames.poll()  # after job_done: once it says done, every record is on disk
+        return run_status(self.dir, self.world_size, done, cancelled, self.metric_frames.frames,
+                          self.event_summary().total_steps, _job_state(self.job))
+
+    def event_summary(self) -> EventSummary:
+        """The run's events folded once (incrementally): total steps, sync checks, warnings."""
+        new = self._events.poll()
+        return self._summary.fold(new)
 
     def wait(self, timeout: float | None = None, poll_s: float = 0.5,
              on_poll: Callable[[Run], None] | None = None) -> RunStatus:
@@ -131,27 +143,23 @@ class Run:
             self.job.cancel()
 
     # --- results ---------------------------------------------------------------------------------
-    def poll_metrics(self) -> list[dict[str, Any]]:
-        """Metric records written since the last poll (also kept for metrics())."""
-        return self._metrics.poll()
-
     def metrics(self, max_points: int | None = None) -> pd.DataFrame:
         """Every logged step of every rank (rank, step, loss, loss_reduced, lr, step_time_s, ...),
         read incrementally.  After a requeue, steps trained again keep the newest attempt's row."""
-        self._metrics.poll()
-        return self._metrics.frame(max_points)
+        self.metric_frames.poll()
+        return self.metric_frames.frame(max_points)
 
     def events(self) -> pd.DataFrame:
-        self._events.poll()
         from workbench.stream import to_frame
 
+        self.event_summary()
         return to_frame(self._events.records, ("time",))
 
     def logs(self, rank: int = 0, stream: str = "both", tail_bytes: int | None = None) -> str:
         """The rank's stdout and stderr (submitit's per-task log files)."""
         parts = []
         for suffix in ({"out": ["out"], "err": ["err"]}.get(stream, ["out", "err"])):
-            for path in sorted(self.dir.logs.glob(f"*_{rank}_log.{suffix}")):
+            for path in self.dir.log_files(rank, suffix):
                 text = path.read_text(errors="replace")
                 parts.append(text[-tail_bytes:] if tail_bytes else text)
         return "".join(parts)
@@ -167,28 +175,42 @@ class Run:
         return summary
 
     def exception(self, status: RunStatus | None = None) -> RankFailure | None:
-        """The first failure: the earliest rank error, or a rank that vanished without one."""
-        errors = [read_json(self.dir.error(r)) for r in self.dir.ranks_with("errors")]
-        errors = sorted((e for e in errors if e), key=lambda e: e.get("time", 0))
-        lost = [r for r in (status or self.status()).ranks if r.state == "lost"]
-        if lost:
-            r = lost[0]
-            return RankFailure(r.rank, "Lost", f"rank {r.rank} stopped without reporting an error "
-                               "(killed by a signal, or out of memory?)", self.logs(r.rank, tail_bytes=4000), r.host)
-        if errors:
-            e = errors[0]
-            return RankFailure(e["rank"], e["type"], e["message"], e["traceback"], e.get("host", ""))
-        return None
+        """The first failure: the earliest rank error, or a rank that ended without a word (lost,
+        dated by its last heartbeat), whichever came first."""
+        errors = [e for e in map(read_json, self.dir.rank_files("errors").values()) if isinstance(e, dict)]
+        failures = [(float(e.get("time", 0)), RankFailure(e["rank"], e["type"], e["message"], e["traceback"],
+                                                           e.get("host", ""))) for e in errors]
+        reported = {f.rank for _, f in failures}
+        for r in (status or self.status()).ranks:
+            if r.state == "lost" and r.rank not in reported:
+                age = r.heartbeat_age_s or 0.0
+                silent = age if age > LOST_AFTER_S else None  # else the job ended soon after its last beat
+                failure = RankFailure(r.rank, "Lost", lost_message(r.rank, silent), self.logs(r.rank, tail_bytes=4000),
+                                      r.host)
+                failures.append((time.time() - (r.heartbeat_age_s or 0.0), failure))
+        return min(failures, key=lambda item: item[0])[1] if failures else None
 
     def health(self, status: RunStatus | None = None) -> dict[str, Any]:
-        """What the ranks' own checks said, from their events (read incrementally): parameters in
-        sync at the last check, stragglers, stalled ranks, data-sharding problems and warnings."""
-        self._events.poll()
-        for record in self._events.records[self._health_seen:]:
-            _fold_health(self._health, record)
-        self._health_seen = len(self._events.records)
-        stalled = [r.rank for r in (status or self.status()).ranks if r.stalled or r.silent]
-        return {**self._health, "stalled_ranks": stalled}
+        """What the ranks' own checks said (parameters in sync at the last check, data shards,
+        warnings), the stragglers (the same verdict as the report's) and the stalled ranks."""
+        found = self.event_summary().health()
+        slow = self.stragglers()
+        found["stragglers"] = dict(zip(slow["rank"].astype(int).tolist(), slow["slower_by"].astype(float).tolist()))
+        found["stalled_ranks"] = [r.rank for r in (status or self.status()).ranks if r.stalled or r.silent]
+        return found
+
+    def stragglers(self) -> pd.DataFrame:
+        """Ranks whose own work per step exceeds the others' median by more than
+        dist.straggler_threshold (workbench.analysis.stragglers over every logged step): the one
+        verdict the dashboard's health line, `workbench show` and the report give."""
+        from workbench.analysis import stragglers
+
+        self.metric_frames.poll()
+        version = self.metric_frames.version
+        if self._stragglers is None or self._stragglers[0] != version:
+            found = stragglers(self.metric_frames.frame(), self.config.dist.straggler_threshold)
+            self._stragglers = (version, found)
+        return self._stragglers[1]
 
     def stacks(self) -> dict[int, str]:
         """Python stack dumps of ranks that stalled (rank -> text), written by the ranks themselves."""
@@ -211,20 +233,7 @@ class Run:
         what would help; workbench.analysis.format_report(run.report()) prints it."""
         from workbench.analysis import report
 
-        return report(self.metrics(), self.config, self.events())
-
-
-def _fold_health(health: dict[str, Any], record: dict[str, Any]) -> None:
-    kind = record.get("event")
-    if kind == "sync_check":
-        health.update(in_sync=record["in_sync"], diverged_ranks=record.get("diverged_ranks") or [],
-                      first_diverged=record.get("first_diverged"))
-    elif kind == "straggler":
-        health["stragglers"][record["straggler_rank"]] = record["slower_by"]
-    elif kind == "shard_check" and "ok" in record:
-        health["shards_ok"] = record["ok"]
-    elif kind == "warning":
-        health["warnings"].append(f"rank {record['rank']}: {record.get('message', '')}")
+        return report(self.metrics(), self.config, self.stragglers(), self.event_summary().check_counts())
 
 
 def _job_state(job: Any) -> str:

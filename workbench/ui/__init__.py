@@ -14,7 +14,7 @@ try:
     import ipywidgets  # noqa: F401
 except ImportError:
     raise ImportError(
-        "workbench.ui needs ipywidgets, which is not installed: pip install ipywidgets "
+        "workbench.ui needs ipywidgets, which is not installed: pip install \"workbench[lab]\" (or ipywidgets) "
         "(everything else in workbench, e.g. run.plot() and the CLI, works without it)"
     ) from None
 

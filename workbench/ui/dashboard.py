@@ -12,12 +12,12 @@ import html
 import threading
 import time
 import traceback
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
 
 from workbench.ui.render import LivePlot
-from workbench.stream import RankFrames
 from workbench.ui.state import DashboardState, format_eta, read_state
 
 if TYPE_CHECKING:
@@ -33,7 +33,6 @@ class Dashboard:
 
     def __init__(self, run: Run, poll_s: float = 1.0, max_points: int = 2000, autostart: bool = True):
         self.run, self.poll_s, self.max_points = run, poll_s, max_points
-        self.cache = RankFrames(run.folder / "metrics")
         self.plot = LivePlot(max_points=max_points)
         self.state: DashboardState | None = None
         self._callbacks: list[Callable[[DashboardState], None]] = []
@@ -114,7 +113,7 @@ class Dashboard:
     def refresh(self) -> DashboardState:
         """Read the run once and update every widget; returns the new state."""
         with self._lock:
-            state = read_state(self.run, self.cache, self.max_points)
+            state = read_state(self.run, self.max_points)
             self._apply(state)
             self.state = state
         for callback in list(self._callbacks):
@@ -132,9 +131,9 @@ class Dashboard:
         self.badges.value = badges_html(state)
         self.health.value = health_html(state.health)
         self.stacks.value = stacks_html(state.stacks)
-        if self.cache.version != self._plot_version:
+        if self.run.metric_frames.version != self._plot_version:
             self.image.value = self.plot.render(state.frame, state.total_steps)
-            self._plot_version = self.cache.version
+            self._plot_version = self.run.metric_frames.version
         self._show_failure(state)
         self._show_log(force=state.done)
         if state.done:

@@ -52,7 +52,7 @@ def _walk(cls: type, prefix: str, docs: dict[str, str]) -> list[FieldSpec]:
     own, nested = [], []
     for f in dataclasses.fields(cls):
         path, hint = f"{prefix}{f.name}", hints[f.name]
-        if dataclasses.is_dataclass(hint):
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
             nested += _walk(hint, f"{path}.", docs)
         else:
             own.append(field_spec(path, hint, docs.get(path, "")))

@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import ipywidgets as w
 
 from workbench.config import JobConfig
 from workbench.configtypes import ConfigError
-from workbench.ui.fields import FieldSpec, config_fields, from_widget, get_path, problem_field, sections, set_path, to_widget
+from workbench.ui.fields import (
+    FieldSpec,
+    config_fields,
+    from_widget,
+    get_path,
+    problem_field,
+    sections,
+    set_path,
+    to_widget,
+)
 
 INVALID_BORDER = "2px solid #d9534f"
 _DESCRIPTION = {"description_width": "190px"}

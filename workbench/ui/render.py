@@ -4,15 +4,17 @@ The figure is drawn by ``workbench.plots.plot_run`` (once, and again whenever th
 panels changes).  Later frames reuse its Figure and Axes: line data is updated in place, and while
 every line still fits the axis limits only the lines are drawn, over a cached background (axes,
 ticks, titles, legend), each line reduced to the min and max of every pixel column it covers
-(it looks the same; Agg's cost grows with vertices).  Limits get headroom (x up to the run's total steps), so the full redraw
-with text layout - most of matplotlib's cost - happens only now and then.  Agg canvas, no pyplot.
+(it looks the same; Agg's cost grows with vertices).  Limits get headroom (x up to the run's total
+steps), so the full redraw with text layout - most of matplotlib's cost - happens only now and then.
+Agg canvas, no pyplot.
 """
 
 from __future__ import annotations
 
 import io
 import math
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as w
 import pandas as pd
 
-from workbench.scaling import RULES, scaling_table
+from workbench.configtypes import ConfigError
+from workbench.scaling import RULES, parse_world_sizes, scaling_table
 
 if TYPE_CHECKING:
     from workbench.config import JobConfig
@@ -17,14 +18,6 @@ if TYPE_CHECKING:
 RULE_CHOICES = [("rule from the config", "config"), *[(r, r) for r in RULES], ("compare all rules", "compare")]
 MEASURED = {"samples_per_s": "measured_samples_per_s", "efficiency": "measured_efficiency"}
 SELECTED_STYLE = "background:#fff3b0;font-weight:bold"
-
-
-def parse_world_sizes(text: str) -> list[int]:
-    """ "1,2,4,8" -> [1, 2, 4, 8]; raises ValueError naming the fix."""
-    parts = [p.strip() for p in text.replace(" ", ",").split(",") if p.strip()]
-    if not parts or not all(p.isdigit() and int(p) > 0 for p in parts):
-        raise ValueError(f"world sizes: write positive whole numbers separated by commas, e.g. 1,2,4,8 (got {text!r})")
-    return sorted({int(p) for p in parts})
 
 
 def scaling_frame(cfg: JobConfig, world_sizes: list[int], choice: str = "config",
@@ -103,8 +96,8 @@ class ScalingView:
             return
         try:
             sizes = parse_world_sizes(self.world_sizes.value)
-        except ValueError as exc:
-            self.note.value = _note(str(exc))
+        except ConfigError as exc:
+            self.note.value = _note(exc.problems[0])
             return
         self.frame = scaling_frame(cfg, sizes, self.rule.value, self.measured)
         self.table.value = table_html(self.frame)

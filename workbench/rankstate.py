@@ -1,0 +1,47 @@
+"""The states a rank reports, and what its silence means: one definition for the ranks that write
+their status (``engine.monitor``) and everything that reads it (``launch.status``, the dashboard's
+badges, the CLI).  No imports: the engine and the notebook side both use it.
+
+A rank rewrites its status file every ``HEARTBEAT_S`` seconds.  Seen from outside, a rank that says
+it is starting or running but has not written for ``SILENT_AFTER_S`` is *silent* (frozen, or its
+node is slow to answer: a warning); after ``LOST_AFTER_S`` it is *lost*: its neighbour in the ring
+of heartbeat watchers writes an error file for it and the run stops, and a reader that sees the
+same age calls it lost too, so both sides give one answer with one message (``lost_message``)."""
+
+from __future__ import annotations
+
+HEARTBEAT_S = 2.0
+SILENT_AFTER_S = 30.0
+LOST_AFTER_S = 60.0
+
+RANK_STATES: dict[str, str] = {
+    "pending": "not started yet: the scheduler has not run it, or it is importing",
+    "starting": "the process runs: building the process group and the task",
+    "running": "training",
+    "finished": "trained to the end",
+    "failed": "raised an exception (its traceback is in errors/)",
+    "aborted": "stopped itself because another rank failed",
+    "interrupted": "stopped by a signal (cancel)",
+    "requeued": "checkpointed after a preemption or time-limit signal; waits for the scheduler to restart it",
+    "lost": "stopped without a word: killed by a signal, out of memory, or its node failed",
+}
+"""Every state a rank can be in, with what it means."""
+
+ACTIVE = ("starting", "running")
+"""States of a rank whose process should be alive and beating."""
+
+
+def liveness(state: str, heartbeat_age_s: float | None) -> str:
+    """"alive", "silent" or "lost" for a rank in an ACTIVE state; "" for any other state."""
+    if state not in ACTIVE or heartbeat_age_s is None:
+        return ""
+    if heartbeat_age_s > LOST_AFTER_S:
+        return "lost"
+    return "silent" if heartbeat_age_s > SILENT_AFTER_S else "alive"
+
+
+def lost_message(rank: int, silent_s: float | None = None, noticed_by: int | None = None) -> str:
+    """Why a rank is called lost: one sentence, the same from the ranks' watcher and from a reader."""
+    how = f"sent no heartbeat for {silent_s:.0f} s" if silent_s is not None else "ended without reporting"
+    who = f"; noticed by rank {noticed_by}" if noticed_by is not None else ""
+    return f"rank {rank} {how} (killed by a signal, out of memory, or its node failed){who}"

@@ -1,0 +1,68 @@
+"""What a run's events say, folded once: the one reader of events for the Run handle, the CLI, the
+dashboard and the end-of-run report.  Pure Python; records come from ``events/rank{R}.jsonl``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class EventSummary:
+    start: dict[str, Any] | None = None
+    """Rank 0's latest start event: world size, device, effective batch, lr, warmup, steps (a resume
+    may change them)."""
+    in_sync: bool | None = None
+    """Parameters matched on every rank at the latest check (None: not checked yet)."""
+    diverged_ranks: list[int] = field(default_factory=list)
+    first_diverged: str | None = None
+    """The first parameter or buffer that differed at the latest check."""
+    sync_checks_out_of_sync: int = 0
+    straggler_warnings: int = 0
+    """How often the ranks' own live check flagged a straggler (history; the current verdict is
+    ``Run.stragglers()``)."""
+    shards_ok: bool | None = None
+    warnings: list[str] = field(default_factory=list)
+    seen: int = 0
+    """Records folded so far."""
+
+    @property
+    def total_steps(self) -> int | None:
+        """The planned number of steps (None until the engine's rank 0 has started)."""
+        total = (self.start or {}).get("total_steps")
+        return int(total) if total is not None else None
+
+    def fold(self, records: list[dict[str, Any]]) -> EventSummary:
+        """Fold records that came after those already seen; returns self."""
+        for record in records:
+            _fold_one(self, record)
+        self.seen += len(records)
+        return self
+
+    def health(self) -> dict[str, Any]:
+        return {"in_sync": self.in_sync, "diverged_ranks": list(self.diverged_ranks),
+                "first_diverged": self.first_diverged, "shards_ok": self.shards_ok,
+                "warnings": list(self.warnings)}
+
+    def check_counts(self) -> dict[str, int]:
+        """What the engine's live checks found, for the report (kinds with a count of zero left out)."""
+        found = {"straggler warnings": self.straggler_warnings,
+                 "sync checks out of sync": self.sync_checks_out_of_sync}
+        return {kind: n for kind, n in found.items() if n}
+
+
+def _fold_one(summary: EventSummary, record: dict[str, Any]) -> None:
+    kind = record.get("event")
+    if kind == "start" and record.get("rank") == 0:
+        summary.start = record
+    elif kind == "sync_check":
+        summary.in_sync = bool(record.get("in_sync"))
+        summary.diverged_ranks = list(record.get("diverged_ranks") or [])
+        summary.first_diverged = record.get("first_diverged")
+        summary.sync_checks_out_of_sync += not summary.in_sync
+    elif kind == "straggler":
+        summary.straggler_warnings += 1
+    elif kind == "shard_check" and "ok" in record:
+        summary.shards_ok = bool(record["ok"])
+    elif kind == "warning":
+        summary.warnings.append(f"rank {record.get('rank')}: {record.get('message', '')}")
