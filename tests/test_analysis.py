@@ -144,7 +144,7 @@ def test_report_counts_the_engine_checks_findings():
     checks = EventSummary().fold(events).check_counts()
     rep = analysis.report(_frame([0.1, 0.1]), JobConfig(), checks=checks)
     assert rep["events"] == {"straggler warnings": 2, "sync checks out of sync": 1}
-    assert "engine checks: 2 straggler warnings" in analysis.format_report(rep)
+    assert "the ranks' live checks saw: 2 straggler warnings" in analysis.format_report(rep)
     only_in_sync = EventSummary().fold(events[3:4]).check_counts()
     assert analysis.report(_frame([0.1, 0.1]), JobConfig(), checks=only_in_sync)["events"] == {}
 

@@ -174,7 +174,7 @@ def test_procs_per_node_above_visible_gpus():
     cfg = JobConfig.from_dict({"dist": {"procs_per_node": 4}})
     problems = cfg.problems(gpus=2)
     assert fields_of(problems) == ["dist.procs_per_node"]
-    assert "2" in problems[0]
+    assert "only 2 GPU(s) visible; set procs_per_node <= 2" in problems[0]
     assert cfg.problems(gpus=4) == []
     assert cfg.problems(gpus=0) == []  # CPU ranks: no per-GPU limit
 

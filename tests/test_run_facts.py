@@ -155,7 +155,7 @@ def test_live_health_line_and_report_give_one_straggler_verdict(tmp_path):
     report = handle.report()
     assert list(health["stragglers"]) == report["stragglers"]["rank"].tolist() == [1]
     text = format_report(report)
-    assert "stragglers: rank 1" in text and "engine checks: 2 straggler warnings" in text
+    assert "stragglers: rank 1" in text and "the ranks' live checks saw: 2 straggler warnings" in text
 
 
 def test_straggler_threshold_comes_from_the_config(tmp_path):

@@ -230,10 +230,14 @@ def format_report(rep: dict[str, Any]) -> str:
              f"throughput: {rep['samples_per_s']:,.0f} samples/s over {rep['world_size']} rank(s)",
              _comm_line(rep), _straggler_line(rep["stragglers"], rep["straggler_threshold"]),
              _memory_line(rep["memory"])]
-    lines += [f"engine checks: {n} {kind}" for kind, n in rep["events"].items()]
+    lines += [f"during the run, the ranks' live checks saw: {n} {kind if n != 1 else _SINGULAR.get(kind, kind)}"
+              for kind, n in rep["events"].items()]
     if rep["advice"]:
         lines += ["what would help:", *(f"  - {a}" for a in rep["advice"])]
     return "\n".join(lines)
+
+
+_SINGULAR = {"straggler warnings": "straggler warning", "sync checks out of sync": "sync check out of sync"}
 
 
 def _breakdown_text(b: pd.DataFrame) -> str:
