@@ -22,11 +22,16 @@ TORCHRUN_KEYS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER
 
 @pytest.fixture
 def clean_env(monkeypatch):
+    """No torchrun, SLURM or submitit variables; whatever the test exports is gone afterwards (a
+    MASTER_ADDR left behind would leak into every later job this test process submits)."""
+    saved = dict(os.environ)
     for key in (*TORCHRUN_KEYS, "CUDA_VISIBLE_DEVICES", "_TEST_CLUSTER_"):
         monkeypatch.delenv(key, raising=False)
     for key in [k for k in os.environ if k.startswith(("SLURM_", "SUBMITIT_"))]:
         monkeypatch.delenv(key, raising=False)
-    return monkeypatch
+    yield monkeypatch
+    os.environ.clear()
+    os.environ.update(saved)
 
 
 # --- the torchrun contract -----------------------------------------------------------------------
