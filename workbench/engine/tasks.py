@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,18 +21,67 @@ BUILTINS = {
 
 @dataclass
 class Task:
-    """Everything a rank needs to train: datasets must be identical on every rank."""
+    """Everything a rank needs to train: datasets must be identical on every rank.
+
+    Batches come in two shapes, and the loss from the model or from `loss_fn`:
+
+    - ``(inputs, target)`` pairs: ``loss_fn(model(inputs), target)``; without a loss_fn the model
+      computes its own loss, ``model(inputs, target)`` (nanoGPT's ``GPT(idx, targets)``);
+    - dicts (Hugging Face style): ``model(**batch)``; without a loss_fn the loss is the output's
+      ``loss`` (``outputs.loss`` or ``outputs["loss"]``), else ``loss_fn(output, batch)``.
+
+    A model's own loss may be a scalar tensor, a tuple/list ending in one (``(logits, loss)``), a
+    dict with "loss" or an object with ``.loss``."""
 
     model: Any
     """A torch.nn.Module; it is moved to the rank's device and wrapped in DDP."""
     train_dataset: Any
-    """A map-style dataset of (input, target) pairs."""
-    loss_fn: Callable[[Any, Any], Any]
-    """loss_fn(output, target) -> mean loss over the batch."""
+    """A map-style dataset of (input, target) pairs or of dicts of tensors."""
+    loss_fn: Callable[[Any, Any], Any] | None = None
+    """loss_fn(output, target) -> mean loss over the batch; empty when the model returns its loss."""
     val_dataset: Any = None
-    """Optional validation dataset of (input, target) pairs."""
+    """Optional validation dataset, shaped like the training set."""
     metrics: dict[str, Callable[[Any, Any], Any]] = field(default_factory=dict)
-    """name -> fn(output, target) giving the batch mean; reduced across ranks weighted by count."""
+    """name -> fn(output, target) (fn(output, batch) for dict batches) giving the batch mean;
+    reduced across ranks weighted by count."""
+
+
+def forward_loss(model: Any, batch: Any, loss_fn: Callable[[Any, Any], Any] | None) -> tuple[Any, Any, int]:
+    """(mean loss, model output, samples in the batch) of one forward pass (see Task)."""
+    if isinstance(batch, Mapping):
+        output = model(**batch)
+        loss = loss_fn(output, batch) if loss_fn is not None else model_loss(output)
+        return loss, output, _batch_size(batch)
+    inputs, target = batch
+    if loss_fn is not None:
+        output = model(inputs)
+        return loss_fn(output, target), output, len(target)
+    output = model(inputs, target)
+    return model_loss(output), output, len(target)
+
+
+def model_loss(output: Any) -> Any:
+    """The loss a model returned: a scalar tensor, the last element of a tuple/list, ["loss"] or .loss."""
+    import torch
+
+    if isinstance(output, torch.Tensor) and output.dim() == 0:
+        return output
+    if isinstance(output, Mapping) and "loss" in output:
+        return output["loss"]
+    if getattr(output, "loss", None) is not None:
+        return output.loss
+    if isinstance(output, (tuple, list)) and output and isinstance(output[-1], torch.Tensor) and output[-1].dim() == 0:
+        return output[-1]
+    raise TypeError(f"the model returned {type(output).__name__}, which holds no loss; return a scalar loss, "
+                    "(logits, loss), a dict with 'loss' or an object with .loss, or give the Task a loss_fn")
+
+
+def _batch_size(batch: Mapping[str, Any]) -> int:
+    for value in batch.values():
+        shape = getattr(value, "shape", None)
+        if shape:
+            return int(shape[0])
+    raise TypeError("a dict batch needs at least one tensor with a batch dimension")
 
 
 def task_name_problem(name: str) -> str | None:

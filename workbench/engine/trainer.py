@@ -31,7 +31,7 @@ from workbench.engine.monitor import RankMonitor
 from workbench.engine.optim import build_optimizer, build_scheduler
 from workbench.engine.preempt import PreemptionFlag
 from workbench.engine.steplog import StepLogger
-from workbench.engine.tasks import Task
+from workbench.engine.tasks import Task, forward_loss
 from workbench.rundir import RunDir
 from workbench.scaling import describe_change, effective_batch, scaled
 
@@ -123,13 +123,13 @@ class Trainer:
         loss_sum = torch.zeros((), device=self.device)
         for micro in range(self.accum):
             t_data = time.perf_counter()
-            inputs, target = to_device(next(batches), self.device)
+            batch = to_device(next(batches), self.device)
             data_time += time.perf_counter() - t_data
             # Gradients are all-reduced only on the last micro-step: no_sync() skips the others.
             sync = contextlib.nullcontext() if micro == self.accum - 1 else self.model.no_sync()
             with sync:
                 with self.autocast():
-                    loss = self.task.loss_fn(self.model(inputs), target) / self.accum
+                    loss = forward_loss(self.model, batch, self.task.loss_fn)[0] / self.accum
                 self.scaler.scale(loss).backward()
             loss_sum += loss.detach()
         comm_wait, comm_busy = self.comm.take(time.perf_counter())
@@ -179,11 +179,11 @@ class Trainer:
         names = ["val_loss", *(f"val_{k}" for k in self.task.metrics)]
         sums = torch.zeros(len(names) + 1, dtype=torch.float64, device=self.device)
         with torch.no_grad(), self.autocast():
-            for batch in self.val_loader:
-                inputs, target = to_device(batch, self.device)
-                out = module(inputs)
-                n = len(target)
-                values = [self.task.loss_fn(out, target), *(fn(out, target) for fn in self.task.metrics.values())]
+            for raw in self.val_loader:
+                batch = to_device(raw, self.device)
+                loss, out, n = forward_loss(module, batch, self.task.loss_fn)
+                truth = batch if isinstance(batch, dict) else batch[1]
+                values = [loss, *(fn(out, truth) for fn in self.task.metrics.values())]
                 batch_means = [torch.as_tensor(v, dtype=torch.float64, device=self.device) for v in values]
                 sums[:-1] += torch.stack(batch_means) * n
                 sums[-1] += n

@@ -1,0 +1,123 @@
+"""A wider Task: models that compute their own loss (nanoGPT's GPT(idx, targets)) and dict batches
+(Hugging Face's model(**batch) with labels) train in the engine unchanged, and train exactly like
+the same model with a separate loss_fn.  Real 2-rank gloo runs; unit checks of the loss rules."""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.data import Dataset
+
+from tests.ddp import run_ranks
+from workbench.config import JobConfig
+from workbench.engine.builtin_tasks import accuracy, synthetic_classification
+from workbench.engine.env import DistEnv
+from workbench.engine.monitor import RankMonitor
+from workbench.engine.tasks import Task, model_loss
+from workbench.engine.trainer import Trainer
+from workbench.rundir import RunDir
+
+pytestmark = pytest.mark.timeout(180)
+
+
+class OwnLoss(nn.Module):
+    """nanoGPT style: forward(x, targets) -> (logits, loss)."""
+
+    def __init__(self, net: nn.Module):
+        super().__init__()
+        self.net = net
+
+    def forward(self, x: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = self.net(x)
+        return logits, F.cross_entropy(logits, targets)
+
+
+@dataclass
+class Output:
+    """Shaped like a Hugging Face ModelOutput: attributes loss and logits."""
+
+    loss: torch.Tensor
+    logits: torch.Tensor
+
+
+class LabelsModel(nn.Module):
+    """Hugging Face style: forward(input_values=..., labels=...) -> Output(loss, logits)."""
+
+    def __init__(self, net: nn.Module):
+        super().__init__()
+        self.net = net
+
+    def forward(self, input_values: torch.Tensor, labels: torch.Tensor) -> Output:
+        logits = self.net(input_values)
+        return Output(F.cross_entropy(logits, labels), logits)
+
+
+class DictDataset(Dataset):
+    def __init__(self, pairs: Dataset):
+        self.pairs = pairs
+
+    def __len__(self) -> int:
+        return len(self.pairs)  # type: ignore[arg-type]
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        x, y = self.pairs[i]
+        return {"input_values": x, "labels": y}
+
+
+def _task(shape: str) -> Task:
+    torch.manual_seed(0)
+    base = synthetic_classification(n_train=256, n_val=64)
+    if shape == "loss_fn":
+        return base
+    if shape == "own_loss":
+        return Task(model=OwnLoss(base.model), train_dataset=base.train_dataset, val_dataset=base.val_dataset,
+                    metrics={"accuracy": lambda out, y: accuracy(out[0], y)})
+    return Task(model=LabelsModel(base.model), train_dataset=DictDataset(base.train_dataset),
+                val_dataset=DictDataset(base.val_dataset),
+                metrics={"accuracy": lambda out, batch: accuracy(out.logits, batch["labels"])})
+
+
+def _fit(rank: int, shape: str) -> dict:
+    cfg = JobConfig.from_dict({"train": {"micro_batch_size": 8, "grad_accum_steps": 2, "max_steps": 6,
+                                         "optimizer": "sgd", "lr": 0.1, "checkpoint_every_steps": 100, "eval_every_steps": 3},
+                               "dist": {"check_every_steps": None}})
+    run = RunDir(tempfile.mkdtemp())
+    env = DistEnv.from_environ()
+    trainer = Trainer(cfg, _task(shape), env, "cpu", run, RankMonitor(run, env.rank, env.world_size))
+    summary = trainer.fit()
+    params = torch.cat([p.detach().flatten() for p in trainer.model.module.parameters()])
+    return {"params": params, "eval": summary["last_eval"], "steps": summary["steps"]}
+
+
+@pytest.mark.ddp
+def test_own_loss_and_dict_batches_train_exactly_like_a_loss_fn():
+    reference = run_ranks(_fit, shape="loss_fn")
+    for shape in ("own_loss", "dict_batch"):
+        out = run_ranks(_fit, shape=shape)
+        for rank in (0, 1):
+            assert out[rank]["steps"] == 6
+            torch.testing.assert_close(out[rank]["params"], reference[rank]["params"])
+            assert out[rank]["eval"] == pytest.approx(reference[rank]["eval"]), shape
+        assert set(out[0]["eval"]) == {"val_loss", "val_accuracy"}
+
+
+# --- the loss rules (no processes) ---------------------------------------------------------------
+def test_the_loss_is_found_in_every_shape_models_return():
+    loss = torch.tensor(0.5)
+    logits = torch.zeros(2, 3)
+    assert model_loss(loss) is loss
+    assert model_loss((logits, loss)) is loss
+    assert model_loss({"logits": logits, "loss": loss}) is loss
+    assert model_loss(Output(loss, logits)) is loss
+
+
+def test_an_output_without_a_loss_says_how_to_fix_it():
+    with pytest.raises(TypeError, match="return a scalar loss, \\(logits, loss\\), a dict with 'loss'.*loss_fn"):
+        model_loss(torch.zeros(2, 3))
+    with pytest.raises(TypeError, match="holds no loss"):
+        model_loss((torch.zeros(2, 3), torch.zeros(2)))
