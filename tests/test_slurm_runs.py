@@ -107,3 +107,47 @@ def test_time_limit_signal_checkpoints_requeues_and_resumes(slurm_cluster, tmp_p
     assert "preempted" in set(events["event"]) and "resume" in set(events["event"])
     frame = run.metrics()
     assert frame.groupby("rank")["step"].apply(list).tolist() == [list(range(1, 1101))] * 2
+
+
+def _tree(folder: Path) -> set[str]:
+    """The run folder's layout: its top-level entries and the per-rank files (logs and pickles aside)."""
+    kinds = ("metrics", "events", "status")
+    return {p.name for p in folder.iterdir()} | {f"{k}/{p.name}" for k in kinds for p in (folder / k).iterdir()}
+
+
+def test_exported_sbatch_script_runs_and_writes_a_run_folder(slurm_cluster, tmp_path):
+    """`workbench export CONFIG --sbatch` (one torchrun per node through srun, c10d rendezvous on the
+    first node): sbatch it as a user would and compare its run folder with a submitted run's."""
+    import subprocess
+
+    from workbench.launch.export import sbatch_script
+
+    cfg = _cfg(tmp_path, slurm_cluster, nodes=2, procs=1).replace(launch__name="exported")
+    config_path = tmp_path / "job.yaml"
+    cfg.to_yaml(config_path)
+    script = tmp_path / "job.sbatch"
+    script.write_text(sbatch_script(cfg, str(config_path)))
+    out = subprocess.run(["sbatch", "--parsable", str(script)], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=60, check=True)
+    job_id = out.stdout.strip().split(";")[0]
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        state = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State"], capture_output=True,
+                               text=True, timeout=30).stdout.strip()
+        if state and not state.startswith(("PENDING", "RUNNING", "CONFIGURING", "COMPLETING")):
+            break
+        time.sleep(1)
+    job_log = (tmp_path / f"wb-exported-{job_id}.out")
+    log_text = job_log.read_text() if job_log.exists() else "(no job log)"
+    assert state == "COMPLETED", f"{state}\n{log_text[-3000:]}"
+    run_dir = tmp_path / "runs" / f"exported-{job_id}"
+    exported = workbench.Run.load(run_dir)
+    status = exported.status()
+    assert status.state == "finished" and [r.step for r in status.ranks] == [20, 20], log_text[-3000:]
+    assert {r.host for r in status.ranks} == {"n1", "n2"}  # one rank on each node
+    assert exported.meta["executor"] == "torchrun"
+    frame = exported.metrics()
+    assert (frame.groupby("rank")["step"].max() == 20).all() and frame["loss_reduced"].notna().all()
+    submitted = workbench.submit(cfg)
+    assert submitted.wait(timeout=240).state == "finished", submitted.exception()
+    assert _tree(run_dir) - {"rendezvous"} == _tree(submitted.folder) - {"rendezvous"}
