@@ -12,6 +12,7 @@ others' do-nothing one; rank 0 records run-wide findings), not by branches in th
 from __future__ import annotations
 
 import contextlib
+import os
 import resource
 import time
 from collections.abc import Iterator
@@ -268,10 +269,13 @@ class Trainer:
     # --- reporting -------------------------------------------------------------------------------
     def _start_event(self) -> None:
         s = self.scale
+        gpu = {"cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+               "gpu_name": torch.cuda.get_device_name(self.device)} if self.device.startswith("cuda") else {}
         self.monitor.event("start", world_size=self.env.world_size, device=self.device,
-                           effective_batch=s.effective_batch, lr=s.lr, warmup_steps=s.warmup_steps,
-                           steps_per_epoch=self.steps_per_epoch, total_steps=self.total_steps,
-                           samples_per_rank=resumable_sampler(self.loader).num_samples)
+                           backend=dist.get_backend(), effective_batch=s.effective_batch, lr=s.lr,
+                           warmup_steps=s.warmup_steps, steps_per_epoch=self.steps_per_epoch,
+                           total_steps=self.total_steps, samples_per_rank=resumable_sampler(self.loader).num_samples,
+                           **gpu)
 
     def summary(self) -> dict[str, Any]:
         return {"rank": self.env.rank, "steps": self.step, "epochs": self.epoch, "stop_reason": self.stop_reason,
