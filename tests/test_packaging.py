@@ -80,9 +80,12 @@ def test_test_extra_has_what_the_tests_and_linters_need():
 
 
 def test_every_import_in_workbench_is_a_declared_dependency():
-    base, lab = names(PROJECT["dependencies"]), extra("lab")
+    base, lab, frameworks = names(PROJECT["dependencies"]), extra("lab"), extra("integrations")
     for module, files in third_party_imports(ROOT / "workbench").items():
         if distribution(module) in base:
+            continue
+        if all(f.startswith("workbench/integrations/") for f in files):
+            assert distribution(module) in frameworks, f"{sorted(files)} import {module}: add it to [integrations]"
             continue
         outside_ui = sorted(f for f in files if not f.startswith("workbench/ui/"))
         assert distribution(module) in lab, f"{sorted(files)} import {module}, which pyproject does not declare"
