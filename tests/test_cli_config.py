@@ -45,3 +45,26 @@ def test_config_where_rejects_what_is_not_a_field(capsys):
     assert main(["config", "--where", "train.nope"]) == 2
     assert "--where: 'train.nope' is not a config field" in capsys.readouterr().err
     assert main(["config", "--where", "train"]) == 2  # a section, not a field
+
+
+# --- workbench launch: which arguments are the script's ------------------------------------------
+@pytest.mark.parametrize("argv, own, script", [
+    (["launch", "--nproc", "2", "t.py", "--lr", "3"], ["launch", "--nproc", "2", "t.py"], ["--lr", "3"]),
+    (["launch", "t.py", "--nproc", "2", "--", "--lr", "3"], ["launch", "t.py", "--nproc", "2"], ["--lr", "3"]),
+    (["launch", "-m", "pkg.mod", "x"], ["launch", "-m", "pkg.mod"], ["x"]),
+    (["launch", "--set", "a.b=1", "t.py", "--", "--nproc", "4"], ["launch", "--set", "a.b=1", "t.py"],
+     ["--nproc", "4"]),
+    (["run", "job.yaml", "--", "ignored"], ["run", "job.yaml"], ["ignored"]),
+])
+def test_script_arguments_are_split_as_torchrun_does(argv, own, script):
+    from workbench.cli import split_script_args
+
+    assert split_script_args(argv) == (own, script)
+
+
+def test_a_workbench_option_after_the_script_says_where_to_put_it():
+    from workbench.cli import split_script_args
+    from workbench.configtypes import ConfigError
+
+    with pytest.raises(ConfigError, match="--nproc comes after the script.*before the script.*end them with --"):
+        split_script_args(["launch", "t.py", "--nproc", "2", "--lr", "3"])

@@ -17,7 +17,8 @@ from workbench.launch.export import sbatch_script, torchrun_command
 from workbench.rundir import RunDir
 
 pytestmark = pytest.mark.timeout(60)
-TORCHRUN_KEYS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK")
+TORCHRUN_KEYS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK",
+                  "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME")
 
 
 @pytest.fixture
@@ -27,7 +28,7 @@ def clean_env(monkeypatch):
     saved = dict(os.environ)
     for key in (*TORCHRUN_KEYS, "CUDA_VISIBLE_DEVICES", "_TEST_CLUSTER_"):
         monkeypatch.delenv(key, raising=False)
-    for key in [k for k in os.environ if k.startswith(("SLURM_", "SUBMITIT_"))]:
+    for key in [k for k in os.environ if k.startswith(("SLURM_", "SUBMITIT_", "TORCHELASTIC_"))]:
         monkeypatch.delenv(key, raising=False)
     yield monkeypatch
     os.environ.clear()
@@ -40,7 +41,8 @@ def test_dist_env_round_trips_through_the_environment(clean_env):
     env.export()
     assert {k: os.environ[k] for k in TORCHRUN_KEYS} == {
         "RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "node1",
-        "MASTER_PORT": "29400", "GROUP_RANK": "1"}
+        "MASTER_PORT": "29400", "GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2", "ROLE_RANK": "3", "ROLE_WORLD_SIZE": "4",
+        "ROLE_NAME": "default"}
     assert DistEnv.from_environ() == env and not env.is_main
 
 
@@ -60,6 +62,10 @@ def test_local_rank_process_gets_loopback_rendezvous_and_its_own_gpu(clean_env, 
     assert (env.rank, env.local_rank, env.world_size, env.local_world_size) == (1, 1, 2, 2)
     assert (os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]) == ("127.0.0.1", "29555")
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "7"  # local rank 1 -> the user's second visible GPU
+    import torch.distributed as dist
+
+    assert dist.is_torchelastic_launched() and os.environ["TORCHELASTIC_RUN_ID"] == "4242"
+    assert os.environ["TORCHELASTIC_USE_AGENT_STORE"] == "False"  # no agent hosts the store
 
 
 def _slurm_rank(env, rank: int, local_rank: int, node: int) -> None:

@@ -16,9 +16,13 @@ from workbench.scaling import parse_world_sizes
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    cut = argv.index("--") if "--" in argv else len(argv)  # what follows "--" belongs to a script
-    args = _parser().parse_args(argv[:cut])
-    args.script_args = argv[cut + 1:]
+    parser = _parser()
+    try:
+        own, script_args = split_script_args(argv)
+    except ConfigError as exc:
+        parser.error(exc.problems[0])
+    args = parser.parse_args(own)
+    args.script_args = script_args
     try:
         return int(args.func(args) or 0)
     except ConfigError as exc:
@@ -78,15 +82,12 @@ def _parser() -> argparse.ArgumentParser:
     kind.add_argument("--torchrun", action="store_true", help="a torchrun command")
     export.set_defaults(func=cmd_export)
 
-    launch = sub.add_parser("launch", help="launch an existing torchrun-style script: "
-                            "workbench launch train.py [--nproc N] -- ARGS")
-    launch.add_argument("script")
-    launch.add_argument("--config", help="YAML config for dist and launch settings")
-    launch.add_argument("--nproc", type=int, help="ranks per node")
-    launch.add_argument("--nodes", type=int, help="nodes (SLURM)")
-    launch.add_argument("--executor", choices=["local", "slurm"])
-    launch.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE")
-    launch.add_argument("--quiet", action="store_true")
+    launch = sub.add_parser("launch", help="launch an existing torchrun-style script, as torchrun does: "
+                            "workbench launch [--nproc N] train.py ARGS, or -m package.module ARGS")
+    launch.add_argument("script", nargs="?", help="the script; what follows it goes to the script")
+    launch.add_argument("-m", dest="module", metavar="MODULE", help="run a module, as python -m does")
+    for flag, kwargs in LAUNCH_OPTIONS.items():
+        launch.add_argument(flag, **kwargs)
     launch.set_defaults(func=cmd_launch)
 
     check = sub.add_parser("check", help="validate a config and print every problem")
@@ -104,6 +105,52 @@ def _parser() -> argparse.ArgumentParser:
                        "workbench's code that read it")
     config.set_defaults(func=cmd_config)
     return parser
+
+
+LAUNCH_OPTIONS: dict[str, dict[str, Any]] = {
+    "--config": {"help": "YAML config for dist and launch settings"},
+    "--nproc": {"type": int, "help": "ranks per node"},
+    "--nodes": {"type": int, "help": "nodes (SLURM)"},
+    "--executor": {"choices": ["local", "slurm"]},
+    "--set": {"action": "append", "default": [], "metavar": "SECTION.FIELD=VALUE"},
+    "--cwd": {"help": "the ranks' working folder (default: this one)"},
+    "--env": {"action": "append", "default": [], "metavar": "NAME=VALUE", "help": "an environment variable for "
+              "the ranks (repeatable)"},
+    "--quiet": {"action": "store_true"},
+}
+
+
+def split_script_args(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(workbench's own arguments, the script's) for `workbench launch`, torchrun's way: what comes
+    after the script (or -m MODULE) is the script's.  A `--` ends workbench's options anywhere (the
+    older `launch train.py --nproc 2 -- ARGS` form); one of workbench's options after the script
+    without a `--` is ambiguous and says how to write it."""
+    if not argv or argv[0] != "launch":
+        cut = argv.index("--") if "--" in argv else len(argv)
+        return argv[:cut], argv[cut + 1:]
+    i = 1
+    while i < len(argv):
+        token = argv[i]
+        if token == "--":
+            return argv[:i], argv[i + 1:]
+        if token == "-m":
+            i += 2
+            break
+        if not token.startswith("-"):
+            i += 1
+            break
+        takes_value = token in LAUNCH_OPTIONS and LAUNCH_OPTIONS[token].get("action") != "store_true"
+        i += 2 if takes_value else 1
+    rest = argv[i:]
+    if "--" in rest:  # workbench options after the script, then the script's
+        cut = rest.index("--")
+        return argv[:i] + rest[:cut], rest[cut + 1:]
+    clash = [t for t in rest if t.split("=")[0] in LAUNCH_OPTIONS]
+    if clash:
+        raise ConfigError([f"{clash[0]} comes after the script, so it would go to the script: put workbench's options "
+                           f"before the script (workbench launch {clash[0]} ... train.py ARGS), or end them with -- "
+                           f"(workbench launch train.py {clash[0]} ... -- ARGS)"])
+    return argv[:i], rest
 
 
 def _config_args(parser: argparse.ArgumentParser) -> None:
@@ -129,7 +176,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_launch(args: argparse.Namespace) -> int:
     from workbench.launch.submit import submit_script
 
-    return follow(submit_script(args.script, args.script_args, load_config(args)), args.quiet)
+    env = {}
+    for item in args.env:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise ConfigError([f"--env {item!r}: write NAME=VALUE, e.g. --env NCCL_DEBUG=INFO"])
+        env[name] = value
+    run = submit_script(args.script, args.script_args, load_config(args), module=args.module, cwd=args.cwd, env=env)
+    return follow(run, args.quiet)
 
 
 def follow(run: Any, quiet: bool = False) -> int:

@@ -13,6 +13,7 @@ from typing import Any
 import submitit
 
 from workbench.engine.rendezvous import RankContract, attempt
+from workbench.engine.script import ScriptJob
 from workbench.rundir import RunDir
 
 
@@ -32,13 +33,13 @@ class RankEntry(submitit.helpers.Checkpointable):
 
 
 class ScriptEntry(submitit.helpers.Checkpointable):
-    """Run an existing torchrun-style script as one rank (runpy, same process, same environment)."""
+    """Run an existing torchrun-style script or module as one rank (runpy, same process)."""
 
-    def __init__(self, script: str, args: list[str], run_dir: str, contract: RankContract):
-        self.script, self.args, self.run_dir, self.contract = script, list(args), run_dir, contract
+    def __init__(self, job: ScriptJob, run_dir: str, contract: RankContract):
+        self.job, self.run_dir, self.contract = job, run_dir, contract
 
     def __call__(self) -> int:
         from workbench.engine.script import run_script_rank
 
         env = self.contract.export(RunDir(self.run_dir))
-        return run_script_rank(self.script, self.args, self.run_dir, env.rank, attempt())
+        return run_script_rank(self.job, self.run_dir, env.rank, attempt())

@@ -38,12 +38,22 @@ class DistEnv:
         )
 
     def export(self) -> None:
-        """Write this contract into os.environ (what torchrun would have set)."""
+        """Write this contract into os.environ (what torchrun would have set for its ranks)."""
         os.environ.update(
             RANK=str(self.rank), LOCAL_RANK=str(self.local_rank), WORLD_SIZE=str(self.world_size),
             LOCAL_WORLD_SIZE=str(self.local_world_size), MASTER_ADDR=self.master_addr,
             MASTER_PORT=str(self.master_port), GROUP_RANK=str(self.rank // self.local_world_size),
+            GROUP_WORLD_SIZE=str(self.world_size // self.local_world_size),
+            ROLE_RANK=str(self.rank), ROLE_WORLD_SIZE=str(self.world_size), ROLE_NAME="default",
         )
+
+
+def export_torchelastic(run_id: str, restart_count: int = 0, max_restarts: int = 0) -> None:
+    """The TORCHELASTIC_* variables torchrun's agent sets, so that code asking
+    torch.distributed.is_torchelastic_launched() (Lightning, Accelerate) sees a torchrun-style rank.
+    No agent hosts the store here: every rank's init_process_group meets at MASTER_ADDR:MASTER_PORT."""
+    os.environ.update(TORCHELASTIC_RUN_ID=run_id, TORCHELASTIC_RESTART_COUNT=str(restart_count),
+                      TORCHELASTIC_MAX_RESTARTS=str(max_restarts), TORCHELASTIC_USE_AGENT_STORE="False")
 
 
 def pick_device_and_backend(local_rank: int, backend: str = "auto") -> tuple[str, str]:

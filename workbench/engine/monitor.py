@@ -25,6 +25,8 @@ from workbench.rundir import RunDir, read_json, write_json_atomic
 from workbench.stream import JsonlWriter
 
 PEER_FAILED_EXIT_CODE = 75
+BUSY_CPU_FRACTION = 0.05
+"""A rank using more than this share of a core between heartbeats is working, not stalled."""
 
 
 def node_name() -> str:
@@ -51,7 +53,9 @@ class RankMonitor:
         self.stall_after_s = stall_after_s
         self.lost_after_s = max(LOST_AFTER_S, 30 * heartbeat_s)
         self.stalled = False
-        self._progress = (0, time.time())  # (step, when it was first seen)
+        self._progress: tuple[Any, float] = ((0, 0), time.time())  # (step, output) and when first seen
+        self._cpu_seen = time.process_time()
+        self.output_seen = 0  # lines the rank printed (script mode counts them); output is progress
         self.saving = threading.Lock()
         self._stop = threading.Event()
         self._heartbeat_s = heartbeat_s
@@ -124,9 +128,16 @@ class RankMonitor:
                 self._abort(peers)
 
     def _watch_progress(self, now: float | None = None) -> None:
+        """Stalled: no finished step, no output and (almost) no CPU work for stall_after_s.  A rank
+        that computes or prints is alive even if it logs no step; one waiting in a collective for a
+        hung peer uses next to no CPU."""
         now = now or time.time()
-        if self.step != self._progress[0]:
-            self._progress, self.stalled = (self.step, now), False
+        cpu = time.process_time()
+        working = cpu - self._cpu_seen > BUSY_CPU_FRACTION * self._heartbeat_s
+        self._cpu_seen = cpu
+        marker = (self.step, self.output_seen)
+        if marker != self._progress[0] or working:
+            self._progress, self.stalled = (marker, now), False
         elif self.state == "running" and not self.stalled and now - self._progress[1] > self.stall_after_s:
             self.stalled = True
             self.dump_stacks()

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workbench.engine.env import DistEnv
+from workbench.engine.env import DistEnv, export_torchelastic
 from workbench.rundir import RunDir, read_json, write_json_atomic
 
 
@@ -39,6 +39,7 @@ class RankContract:
         port = self.port or self._slurm_port(run, job)
         env = DistEnv(job.global_rank, job.local_rank, world, world // nodes, host, port)
         env.export()
+        export_torchelastic(str(job.job_id), attempt())
         if self.gpu_ids:  # one GPU per rank, chosen from the user's own visible set
             os.environ["CUDA_VISIBLE_DEVICES"] = self.gpu_ids[job.local_rank % len(self.gpu_ids)]
         return env

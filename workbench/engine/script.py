@@ -14,6 +14,8 @@ import os
 import runpy
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.engine.monitor import RankMonitor
@@ -43,56 +45,121 @@ def log(step: int, **metrics: Any) -> None:
         _monitor.step = int(step)  # the heartbeat thread reports it
 
 
-def run_script_rank(script: str, args: list[str], run_dir: str, rank: int, attempt: int = 0) -> int:
-    """Run `script` as this rank with sys.argv = [script, *args]; errors land in the run folder."""
+@dataclass(frozen=True)
+class ScriptJob:
+    """What to run on every rank, as torchrun would: `python script.py ARGS` or `python -m module ARGS`."""
+
+    target: str
+    """The script's absolute path, or a module name when `module` is true."""
+    args: tuple[str, ...] = ()
+    module: bool = False
+    threads_per_rank: int | None = None
+    """dist.threads_per_rank; empty: OMP_NUM_THREADS if the user set it, else 1 when ranks share a node."""
+    stall_after_s: float = 300.0
+    cwd: str = ""
+    """The ranks' working folder (empty: wherever the scheduler starts them)."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Extra environment variables for the ranks."""
+
+    @property
+    def label(self) -> str:
+        return f"-m {self.target}" if self.module else self.target
+
+
+def run_script_rank(job: ScriptJob, run_dir: str, rank: int, attempt: int = 0) -> int:
+    """Run the job's script or module as this rank, as torchrun would; errors land in the run folder."""
     global _monitor
     run = RunDir(run_dir)
-    monitor = _monitor = RankMonitor(run, rank, int(os.environ["WORLD_SIZE"]), attempt).start()
+    os.environ.update(job.env)
+    if job.cwd:
+        os.chdir(job.cwd)
+    _set_threads(job.threads_per_rank, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    monitor = _monitor = RankMonitor(run, rank, int(os.environ["WORLD_SIZE"]), attempt,
+                                     stall_after_s=job.stall_after_s).start()
+    count_output(monitor)
     watch_set_epoch(monitor)
     os.environ[RUN_DIR_ENV] = run_dir
     monitor.set_state("running")
-    monitor.event("start", script=script, args=args)
-    saved_argv = sys.argv
-    sys.argv = [script, *args]
+    monitor.event("start", script=job.label, args=list(job.args))
+    saved_argv, saved_path = sys.argv, list(sys.path)
     try:
         with monitor.reporting():
-            _run_path(script)
+            _run_main(job)
     finally:
-        sys.argv = saved_argv
+        sys.argv, sys.path[:] = saved_argv, saved_path
     monitor.event("end", stop_reason="script returned")
     monitor.close("finished")
     if rank == 0:
-        write_json_atomic(run.summary, {"status": "finished", "script": script, "steps": monitor.step})
+        write_json_atomic(run.summary, {"status": "finished", "script": job.label, "steps": monitor.step})
     return 0
 
 
-def watch_set_epoch(monitor: Any) -> None:
-    """Report a shuffling DistributedSampler iterated twice with the same epoch: a script that
-    forgot sampler.set_epoch(epoch) trains on the same order every epoch."""
+def _set_threads(threads: int | None, local_world_size: int) -> None:
+    """torchrun's rule: OMP_NUM_THREADS=1 when several ranks share a node and the user set nothing;
+    dist.threads_per_rank wins over both."""
+    if threads:
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+    elif "OMP_NUM_THREADS" not in os.environ and local_world_size > 1:
+        os.environ["OMP_NUM_THREADS"] = "1"
+    if "torch" in sys.modules and "OMP_NUM_THREADS" in os.environ:  # already imported: tell it too
+        sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
+def _run_main(job: ScriptJob) -> None:
+    """Run as __main__ like `python script.py` (its folder first on sys.path) or `python -m module`
+    (the working folder first); sys.exit(0) is a normal end, another status a failure."""
+    try:
+        if job.module:
+            sys.argv = [job.target, *job.args]
+            sys.path.insert(0, os.getcwd())
+            runpy.run_module(job.target, run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = [job.target, *job.args]
+            sys.path.insert(0, os.path.dirname(job.target))
+            runpy.run_path(job.target, run_name="__main__")
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            raise RuntimeError(f"{job.label} exited with status {exc.code}") from None
+
+
+class _CountingStream:
+    """stdout/stderr as they were, counting the lines written: output is a sign of life."""
+
+    def __init__(self, stream: Any, monitor: RankMonitor):
+        self._stream, self._monitor = stream, monitor
+
+    def write(self, text: str) -> int:
+        self._monitor.output_seen += text.count("\n")
+        return int(self._stream.write(text))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def count_output(monitor: RankMonitor) -> None:
+    sys.stdout = _CountingStream(sys.stdout, monitor)
+    sys.stderr = _CountingStream(sys.stderr, monitor)
+
+
+def watch_set_epoch(monitor: RankMonitor) -> None:
+    """Report a shuffling DistributedSampler whose order really repeats: two complete passes with
+    the same epoch (and seed), i.e. a script that forgot sampler.set_epoch(epoch).  Peeking at a
+    batch (an unfinished pass), or iterating again after set_epoch, is not reported."""
     from torch.utils.data import DistributedSampler
 
     original = DistributedSampler.__iter__
-    seen: dict[int, int] = {}
+    finished: dict[int, tuple[int, int]] = {}  # sampler -> (epoch, seed) of its last complete pass
     warned: set[int] = set()
 
-    def __iter__(self: DistributedSampler) -> Any:
-        key = id(self)
-        if self.shuffle and seen.get(key) == self.epoch and key not in warned:
+    def __iter__(self: DistributedSampler) -> Iterator[int]:
+        key, order = id(self), (self.epoch, self.seed)
+        yield from original(self)
+        if self.shuffle and finished.get(key) == order and key not in warned:
             warned.add(key)
             monitor.event("warning", check="set_epoch", epoch=self.epoch,
-                          message="DistributedSampler iterated again with the same epoch: call "
-                                  "sampler.set_epoch(epoch) at the start of every epoch, or each epoch "
-                                  "repeats the same order")
-        seen[key] = self.epoch
-        return original(self)
+                          message="DistributedSampler gave the same order twice (epoch "
+                                  f"{self.epoch}): call sampler.set_epoch(epoch) at the start of every "
+                                  "epoch, or each epoch repeats the same order")
+        finished[key] = order
 
-    DistributedSampler.__iter__ = __iter__  # type: ignore[method-assign]
-
-
-def _run_path(script: str) -> None:
-    """Run the script as __main__; sys.exit(0) is a normal end, another status a failure."""
-    try:
-        runpy.run_path(script, run_name="__main__")
-    except SystemExit as exc:
-        if exc.code not in (None, 0):
-            raise RuntimeError(f"{script} exited with status {exc.code}") from None
+    DistributedSampler.__iter__ = __iter__  # type: ignore[method-assign,assignment]

@@ -13,6 +13,7 @@ from workbench.config import JobConfig
 from workbench.configtypes import ConfigError
 from workbench.engine.entry import RankEntry, ScriptEntry
 from workbench.engine.rendezvous import RankContract
+from workbench.engine.script import ScriptJob
 from workbench.engine.tasks import factory_label
 from workbench.launch.executors import make_executor
 from workbench.launch.run import Run
@@ -35,19 +36,30 @@ def submit(cfg: JobConfig, task: Callable[..., Any] | None = None, run_dir: str 
     return _start(cfg, run_dir, lambda run, contract: RankEntry(cfg_data, str(run.root), contract, factory))
 
 
-def submit_script(script: str | Path, args: list[str] | None = None, cfg: JobConfig | None = None,
-                  nproc: int | None = None, run_dir: str | Path | None = None) -> Run:
-    """Launch a torchrun-style script on cfg's executor (local or SLURM), one process per rank."""
-    path = Path(script).resolve()
-    if not path.is_file():
-        raise FileNotFoundError(f"script {path} does not exist")
-    args = list(args or [])
-    cfg = (cfg or JobConfig()).replace(task__name=f"<script {path.name}>",
+def submit_script(script: str | Path | None = None, args: list[str] | None = None, cfg: JobConfig | None = None,
+                  nproc: int | None = None, run_dir: str | Path | None = None, *, module: str | None = None,
+                  cwd: str | Path | None = None, env: dict[str, str] | None = None) -> Run:
+    """Launch a torchrun-style script (or `module`, as `python -m` would) on cfg's executor, one
+    process per rank, each with torchrun's environment.  `cwd` is the ranks' working folder (default:
+    this one) and `env` extra environment variables for them."""
+    if (script is None) == (module is None):
+        raise ConfigError(["script: give a script path or module=, not both"] if module else
+                          ["script: give the script to run (or module='package.module')"])
+    workdir = Path(cwd or ".").resolve()
+    if not workdir.is_dir():
+        raise FileNotFoundError(f"cwd {workdir} is not a folder")
+    target = module or str((workdir / Path(script or "")).resolve())
+    if module is None and not Path(target).is_file():
+        raise FileNotFoundError(f"script {target} does not exist")
+    name = module.rsplit(".", 1)[-1] if module else Path(target).stem
+    cfg = (cfg or JobConfig()).replace(task__name=f"<script {name}>",
                                        **({"dist__procs_per_node": nproc} if nproc else {}))
     if not cfg.launch.name:
-        cfg = cfg.replace(launch__name=path.stem)
-    return _start(cfg, run_dir, lambda run, contract: ScriptEntry(str(path), args, str(run.root), contract),
-                  script=str(path), args=args)
+        cfg = cfg.replace(launch__name=name)
+    job = ScriptJob(target, tuple(args or ()), module is not None, cfg.dist.threads_per_rank, cfg.dist.stall_after_s,
+                    str(workdir), dict(env or {}))
+    return _start(cfg, run_dir, lambda run, contract: ScriptEntry(job, str(run.root), contract),
+                  script=job.label, args=list(job.args), cwd=job.cwd)
 
 
 def check_before_submit(cfg: JobConfig) -> None:
