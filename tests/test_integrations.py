@@ -61,3 +61,22 @@ def test_only_plain_numbers_are_forwarded():
     found = numbers({"loss": torch.tensor(0.5), "lr": 1e-3, "epoch": 2, "name": "x", "flag": True,
                      "vec": torch.ones(3), "bad": float("nan")})
     assert found == {"loss": 0.5, "lr": 1e-3, "epoch": 2.0}
+
+
+def _run_script_in_fn(script: str, out: str) -> None:
+    """A user's function whose body is the framework's training code (here: the same script)."""
+    import runpy
+    import sys
+
+    sys.argv = [script, out]
+    runpy.run_path(script, run_name="__main__")
+
+
+@pytest.mark.parametrize("script, column, distinct, last", [
+    ("lightning_trainer.py", "train_loss", True, 11), ("fabric_loop.py", "loss", True, 12),
+    ("accelerate_loop.py", "loss", True, 12), ("hf_trainer.py", "loss", False, 12)])
+def test_each_integration_through_submit_fn(tmp_path, script, column, distinct, last):
+    cfg = workbench.JobConfig.from_dict({"dist": {"procs_per_node": 2}, "launch": {"run_root": str(tmp_path)}})
+    run = workbench.submit_fn(_run_script_in_fn, str(SCRIPTS / script), str(tmp_path / "out"), cfg=cfg)
+    assert run.wait(timeout=250).state == "finished", run.exception()
+    _per_rank(run, column, distinct, last_step=last)

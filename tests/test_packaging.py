@@ -46,6 +46,8 @@ def extra(name: str) -> set[str]:
 def third_party_imports(folder: Path) -> dict[str, set[str]]:
     """Top-level third-party modules imported anywhere under `folder` (lazy imports included) -> files."""
     found: dict[str, set[str]] = {}
+    scripts = folder / "scripts"  # the test scripts' own modules (helper, proj), imported as a user's would be
+    local = {p.stem for p in scripts.rglob("*.py")} | {p.name for p in scripts.rglob("*") if p.is_dir()}
     for path in sorted(folder.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
@@ -56,7 +58,7 @@ def third_party_imports(folder: Path) -> dict[str, set[str]]:
                 continue
             for module in modules:
                 top = module.split(".")[0]
-                if top not in sys.stdlib_module_names and top not in ("workbench", "tests", "__future__"):
+                if top not in sys.stdlib_module_names and top not in ("workbench", "tests", "__future__", *local):
                     found.setdefault(top, set()).add(str(path.relative_to(ROOT)))
     return found
 

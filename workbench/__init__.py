@@ -19,6 +19,7 @@ _LAZY = {
     "Task": "workbench.engine.tasks",
     "log": "workbench.engine.script",
     "submit_script": "workbench.launch.submit",
+    "submit_fn": "workbench.launch.submit",
     "presets": "workbench.presets",
     "benchmark_scaling": "workbench.scaling_bench",
     "analysis": "workbench.analysis",
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from workbench.engine.script import log
     from workbench.engine.tasks import Task
     from workbench.launch.run import Run, RunFailed
-    from workbench.launch.submit import submit, submit_script
+    from workbench.launch.submit import submit, submit_fn, submit_script
     from workbench.scaling_bench import benchmark_scaling
 
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from workbench.config import JobConfig
 
-RANK_KINDS = ("metrics", "events", "status", "errors", "stacks")
+RANK_KINDS = ("metrics", "events", "status", "errors", "stacks", "results")
 """Folders holding one file per rank."""
 
 
@@ -87,6 +87,10 @@ class RunDir:
     def error(self, rank: int) -> Path:
         return self.root / "errors" / f"rank{rank}.json"
 
+    def result(self, rank: int) -> Path:
+        """What a function run with workbench.submit_fn returned on this rank (cloudpickle)."""
+        return self.root / "results" / f"rank{rank}.pkl"
+
     def stacks(self, rank: int) -> Path:
         return self.root / "stacks" / f"rank{rank}.txt"
 
@@ -138,7 +142,7 @@ class RunDir:
     def forget_last_attempt(self, meta: dict[str, Any]) -> None:
         """Errors, statuses, stacks, summary and the cancel mark go; metrics, events, logs and
         checkpoints stay."""
-        for kind in ("errors", "status", "stacks"):
+        for kind in ("errors", "status", "stacks", "results"):
             for path in self.rank_files(kind).values():
                 path.unlink(missing_ok=True)
         self.summary.unlink(missing_ok=True)
@@ -170,6 +174,15 @@ def write_json_atomic(path: Path, data: Any) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     with os.fdopen(fd, "w") as fh:
         json.dump(data, fh, default=str)
+    os.replace(tmp, path)
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Write bytes to a temp name in the same folder and rename it: readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
     os.replace(tmp, path)
 
 

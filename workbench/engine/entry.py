@@ -13,7 +13,7 @@ from typing import Any
 import submitit
 
 from workbench.engine.rendezvous import RankContract, attempt
-from workbench.engine.script import ScriptJob
+from workbench.engine.script import FnJob, ScriptJob
 from workbench.rundir import RunDir
 
 
@@ -43,3 +43,16 @@ class ScriptEntry(submitit.helpers.Checkpointable):
 
         env = self.contract.export(RunDir(self.run_dir))
         return run_script_rank(self.job, self.run_dir, env.rank, attempt())
+
+
+class FnEntry(submitit.helpers.Checkpointable):
+    """Call a function on one rank, inside the default process group (workbench.submit_fn)."""
+
+    def __init__(self, job: FnJob, run_dir: str, contract: RankContract):
+        self.job, self.run_dir, self.contract = job, run_dir, contract
+
+    def __call__(self) -> Any:
+        from workbench.engine.script import run_fn_rank
+
+        env = self.contract.export(RunDir(self.run_dir))
+        return run_fn_rank(self.job, self.run_dir, env.rank, attempt())

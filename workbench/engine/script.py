@@ -10,16 +10,17 @@ streams its metrics into the run's per-rank files:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import runpy
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.engine.monitor import RankMonitor
-from workbench.rundir import RunDir, write_json_atomic
+from workbench.rundir import RunDir, write_bytes_atomic, write_json_atomic
 
 RUN_DIR_ENV = "WORKBENCH_RUN_DIR"
 _writer: Any = None
@@ -68,30 +69,84 @@ class ScriptJob:
 
 def run_script_rank(job: ScriptJob, run_dir: str, rank: int, attempt: int = 0) -> int:
     """Run the job's script or module as this rank, as torchrun would; errors land in the run folder."""
-    global _monitor
-    run = RunDir(run_dir)
     os.environ.update(job.env)
     if job.cwd:
         os.chdir(job.cwd)
-    _set_threads(job.threads_per_rank, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    saved_argv, saved_path = sys.argv, list(sys.path)
+    try:
+        with user_code(run_dir, rank, attempt, job.threads_per_rank, job.stall_after_s, job.label, args=list(job.args)):
+            _run_main(job)
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+    return 0
+
+
+@dataclass(frozen=True)
+class FnJob:
+    """A function to call on every rank, with the process group up: workbench.submit_fn."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    backend: str = "auto"
+    timeout_s: float = 600.0
+    threads_per_rank: int | None = None
+    stall_after_s: float = 300.0
+
+    @property
+    def label(self) -> str:
+        return f"{getattr(self.fn, '__module__', '?')}.{getattr(self.fn, '__qualname__', repr(self.fn))}"
+
+
+def run_fn_rank(job: FnJob, run_dir: str, rank: int, attempt: int = 0) -> Any:
+    """Call job.fn(*args, **kwargs) as this rank, inside the default process group (initialised for
+    the configured backend, destroyed afterwards); its return value goes to results/rank{R}.pkl."""
+    from datetime import timedelta
+
+    import cloudpickle
+    import torch
+    import torch.distributed as dist
+
+    from workbench.engine.env import DistEnv, pick_device_and_backend
+
+    env = DistEnv.from_environ()
+    with user_code(run_dir, rank, attempt, job.threads_per_rank, job.stall_after_s, job.label):
+        try:
+            device, backend = pick_device_and_backend(env.local_rank, job.backend)
+            if device.startswith("cuda"):
+                torch.cuda.set_device(device)
+            dist.init_process_group(backend, rank=env.rank, world_size=env.world_size,
+                                    timeout=timedelta(seconds=job.timeout_s))
+            result = job.fn(*job.args, **job.kwargs)
+        finally:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+        write_bytes_atomic(RunDir(run_dir).result(rank), cloudpickle.dumps(result))
+    return result
+
+
+@contextlib.contextmanager
+def user_code(run_dir: str, rank: int, attempt: int, threads: int | None, stall_after_s: float, label: str,
+              **start: Any) -> Iterator[RankMonitor]:
+    """What surrounds user code in a rank (a script, a module, a function): threads as torchrun
+    sets them, the monitor (heartbeat, stall and output watch, set_epoch check), workbench.log's
+    run folder, the start and end events, the failure if it raises, and rank 0's summary."""
+    global _monitor
+    run = RunDir(run_dir)
+    _set_threads(threads, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     monitor = _monitor = RankMonitor(run, rank, int(os.environ["WORLD_SIZE"]), attempt,
-                                     stall_after_s=job.stall_after_s).start()
+                                     stall_after_s=stall_after_s).start()
     count_output(monitor)
     watch_set_epoch(monitor)
     os.environ[RUN_DIR_ENV] = run_dir
     monitor.set_state("running")
-    monitor.event("start", script=job.label, args=list(job.args))
-    saved_argv, saved_path = sys.argv, list(sys.path)
-    try:
-        with monitor.reporting():
-            _run_main(job)
-    finally:
-        sys.argv, sys.path[:] = saved_argv, saved_path
-    monitor.event("end", stop_reason="script returned")
+    monitor.event("start", script=label, **start)
+    with monitor.reporting():
+        yield monitor
+    monitor.event("end", stop_reason="returned")
     monitor.close("finished")
     if rank == 0:
-        write_json_atomic(run.summary, {"status": "finished", "script": job.label, "steps": monitor.step})
-    return 0
+        write_json_atomic(run.summary, {"status": "finished", "script": label, "steps": monitor.step})
 
 
 def _set_threads(threads: int | None, local_world_size: int) -> None:

@@ -174,6 +174,22 @@ class Run:
             raise RuntimeError(f"run {self.folder} is {status.state}: no summary yet")
         return summary
 
+    def results(self) -> list[Any]:
+        """Every rank's return value, in rank order (a run of workbench.submit_fn); raises RunFailed
+        (with the failing rank's traceback) if it failed."""
+        import pickle
+
+        status = self.status()
+        if status.state == "failed":
+            raise RunFailed(self.exception(status), self.folder)
+        if status.state != "finished":
+            raise RuntimeError(f"run {self.folder} is {status.state}: no results yet")
+        found = self.dir.rank_files("results")
+        missing = [r for r in range(self.world_size) if r not in found]
+        if missing:
+            raise RuntimeError(f"run {self.folder} has no return value for ranks {missing} (not a submit_fn run?)")
+        return [pickle.loads(found[r].read_bytes()) for r in range(self.world_size)]
+
     def exception(self, status: RunStatus | None = None) -> RankFailure | None:
         """The first failure: the earliest rank error, or a rank that ended without a word (lost,
         dated by its last heartbeat), whichever came first."""

@@ -11,9 +11,9 @@ from typing import Any
 
 from workbench.config import JobConfig
 from workbench.configtypes import ConfigError
-from workbench.engine.entry import RankEntry, ScriptEntry
+from workbench.engine.entry import FnEntry, RankEntry, ScriptEntry
 from workbench.engine.rendezvous import RankContract
-from workbench.engine.script import ScriptJob
+from workbench.engine.script import FnJob, ScriptJob
 from workbench.engine.tasks import factory_label
 from workbench.launch.executors import make_executor
 from workbench.launch.run import Run
@@ -29,7 +29,7 @@ def submit(cfg: JobConfig, task: Callable[..., Any] | None = None, run_dir: str 
     factory = task
     if factory is not None:
         cfg = cfg.replace(task__name=factory_label(factory))
-    elif cfg.task.name.startswith("<") and not cfg.task.name.startswith("<script"):
+    elif cfg.task.name.startswith("<") and not cfg.task.name.startswith(("<script", "<function")):
         raise ConfigError([f"task.name: {cfg.task.name} was a Python object passed as task=; pass it again "
                            "(workbench.submit(cfg, task=...)) or name a factory as package.module:function"])
     cfg_data = cfg.to_dict()
@@ -60,6 +60,21 @@ def submit_script(script: str | Path | None = None, args: list[str] | None = Non
                     str(workdir), dict(env or {}))
     return _start(cfg, run_dir, lambda run, contract: ScriptEntry(job, str(run.root), contract),
                   script=job.label, args=list(job.args), cwd=job.cwd)
+
+
+def submit_fn(fn: Callable[..., Any], *args: Any, cfg: JobConfig | None = None, run_dir: str | Path | None = None,
+              **kwargs: Any) -> Run:
+    """Run fn(*args, **kwargs) on every rank of cfg's executor (local or SLURM), in fresh processes
+    (safe after the notebook touched CUDA), with torchrun's environment set and the default process
+    group up for dist.backend.  `fn` may be defined in a notebook cell: it is pickled by value.
+    `workbench.log(step=..., **values)` inside it streams per rank; `run.results()` gives every
+    rank's return value in rank order; an exception on any rank fails the run with its traceback."""
+    cfg = cfg or JobConfig()
+    name = getattr(fn, "__name__", "fn").strip("<>") or "fn"
+    cfg = cfg.replace(task__name=f"<function {name}>", **({} if cfg.launch.name else {"launch__name": name}))
+    d = cfg.dist
+    job = FnJob(fn, tuple(args), dict(kwargs), d.backend, float(d.timeout_s), d.threads_per_rank, d.stall_after_s)
+    return _start(cfg, run_dir, lambda run, contract: FnEntry(job, str(run.root), contract), function=job.label)
 
 
 def check_before_submit(cfg: JobConfig) -> None:
