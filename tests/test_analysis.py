@@ -59,7 +59,7 @@ def test_missing_comm_columns_give_nan_not_an_error():
 def test_empty_frame_gives_an_empty_report():
     rep = analysis.report(pd.DataFrame(), JobConfig())
     assert len(rep["breakdown"]) == 0 and len(rep["stragglers"]) == 0 and rep["advice"] == []
-    assert analysis.format_report(rep) == "step analysis: no steps logged yet"
+    assert analysis.format_report(rep) == "step analysis: no metrics logged yet"
 
 
 @pytest.mark.parametrize("comm", [0.0, None])

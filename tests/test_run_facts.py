@@ -208,3 +208,28 @@ def test_events_are_folded_once_for_total_steps_and_health(tmp_path):
     assert health["warnings"] == ["rank 0: DistributedSampler iterated again"]
     _events(run, 0, [{"event": "start", "total_steps": 120}])  # a resume re-plans it
     assert handle.status().total_steps == 120
+
+
+def test_a_run_that_logs_no_metric_says_so_instead_of_step_zero(tmp_path):
+    run = _run_folder(tmp_path)
+    for rank in (0, 1):
+        write_json_atomic(run.status(rank), {"rank": rank, "state": "finished", "step": 0, "time": time.time(),
+                                             "output_lines": 240})
+    text = str(Run(run.root).status())
+    assert text == "finished (no metrics logged; 480 lines of output; ranks 0:finished, 1:finished)"
+
+
+def test_a_script_that_logs_loss_without_step_times_is_not_called_empty(tmp_path):
+    from workbench.analysis import format_report
+
+    run = _run_folder(tmp_path)
+    for rank in (0, 1):
+        writer = JsonlWriter(run.metrics(rank))
+        for step in range(1, 481):
+            writer.write({"rank": rank, "step": step, "time": 1000.0 + step, "loss": 1.0 / step})
+        writer.close()
+    for rank in (0, 1):
+        _status(run, rank, "finished", 0)  # the script never told the heartbeat its step
+    handle = Run(run.root)
+    assert str(handle.status()) == "finished (step 480; ranks 0:finished@480, 1:finished@480)"
+    assert format_report(handle.report()).startswith("step analysis: 960 records logged, none with a step time")

@@ -210,6 +210,7 @@ def report(frame: pd.DataFrame, cfg: JobConfig, found_stragglers: pd.DataFrame |
                                                                                         skip_steps=skip_steps),
         "events": dict(checks or {}),
         "skip_steps": skip_steps,
+        "records": len(frame),
     }
 
 
@@ -224,7 +225,10 @@ def format_report(rep: dict[str, Any]) -> str:
     """The report as text for a terminal (`workbench show`)."""
     b = rep["breakdown"]
     if len(b) == 0:
-        return "step analysis: no steps logged yet"
+        if rep.get("records"):
+            return (f"step analysis: {rep['records']} records logged, none with a step time (step_time_s), "
+                    "so there is no time split to show")
+        return "step analysis: no metrics logged yet"
     lines = [f"step time per rank (median after the first {rep['skip_steps']} steps; "
              "compute = step - data - comm):", _breakdown_text(b),
              f"throughput: {rep['samples_per_s']:,.0f} samples/s over {rep['world_size']} rank(s)",

@@ -75,7 +75,7 @@ class RankMonitor:
         write_json_atomic(self.run.status(self.rank), {
             "rank": self.rank, "state": self.state, "step": self.step, "time": time.time(),
             "pid": os.getpid(), "host": node_name(), "attempt": self.attempt,
-            "stalled": self.stalled, "in_sync": self.in_sync,
+            "stalled": self.stalled, "in_sync": self.in_sync, "output_lines": self.output_seen,
         })
 
     def set_state(self, state: str) -> None:

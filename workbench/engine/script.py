@@ -146,7 +146,8 @@ def user_code(run_dir: str, rank: int, attempt: int, threads: int | None, stall_
     monitor.event("end", stop_reason="returned")
     monitor.close("finished")
     if rank == 0:
-        write_json_atomic(run.summary, {"status": "finished", "script": label, "steps": monitor.step})
+        write_json_atomic(run.summary, {"status": "finished", "script": label, "steps": monitor.step or None,
+                                        "output_lines": monitor.output_seen})
 
 
 def _set_threads(threads: int | None, local_world_size: int) -> None:

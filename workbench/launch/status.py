@@ -37,6 +37,8 @@ class RankStatus:
     """Heartbeat alive but no step finished for dist.stall_after_s; its stacks are in stacks/."""
     in_sync: bool | None = None
     """Parameters matched every other rank at the last check (None: not checked yet)."""
+    output_lines: int = 0
+    """Lines the rank printed (counted in script and function runs)."""
 
 
 @dataclass
@@ -50,6 +52,8 @@ class RunStatus:
     job_state: str = ""
     steps_per_s: float | None = None
     """Steps per second of the slowest rank over the latest RATE_WINDOW_S of logged time."""
+    records: int = 0
+    """Metric records the ranks logged so far."""
 
     @property
     def done(self) -> bool:
@@ -76,6 +80,10 @@ class RunStatus:
         return pd.DataFrame([asdict(r) for r in self.ranks])
 
     def __str__(self) -> str:
+        if self.records == 0 and self.state != "pending":  # a script or function that logs no metric
+            lines = sum(r.output_lines for r in self.ranks)
+            ranks = ", ".join(f"{r.rank}:{r.state}" for r in self.ranks)
+            return f"{self.state} (no metrics logged; {lines} lines of output; ranks {ranks})"
         ranks = ", ".join(f"{r.rank}:{r.state}@{r.step}" for r in self.ranks)
         total = f"/{self.total_steps}" if self.total_steps else ""
         return f"{self.state} (step {self.step}{total}; ranks {ranks})"
@@ -89,7 +97,8 @@ def run_status(run: RunDir, world_size: int, job_done: bool, cancelled: bool,
     ranks = rank_statuses(run, world_size, job_done, last_steps(frames), now)
     state = overall_state(run, ranks, job_done, cancelled)
     step = min((r.step for r in ranks), default=0)
-    return RunStatus(state, ranks, step, total_steps, job_state, step_rate(frames))
+    records = sum(len(f) for f in frames.values())
+    return RunStatus(state, ranks, step, total_steps, job_state, step_rate(frames), records)
 
 
 def rank_statuses(run: RunDir, world_size: int, job_done: bool, logged: dict[int, int] | None = None,
@@ -110,7 +119,8 @@ def rank_statuses(run: RunDir, world_size: int, job_done: bool, logged: dict[int
         step = max(int(data.get("step", 0)), logged.get(rank, 0))
         out.append(RankStatus(rank, state, step, round(age, 2), data.get("host", ""), data.get("pid"),
                               int(data.get("attempt", 0)), live == "silent",
-                              bool(data.get("stalled")) and state == "running", data.get("in_sync")))
+                              bool(data.get("stalled")) and state == "running", data.get("in_sync"),
+                              int(data.get("output_lines", 0) or 0)))
     return out
 
 
