@@ -51,7 +51,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--nodes", type=int, help="nodes (dist.nodes)")
     run.add_argument("--executor", choices=["local", "slurm"], help="launch.executor")
     run.add_argument("--run-dir", help="run folder (an existing one resumes from its latest checkpoint)")
-    run.add_argument("--quiet", action="store_true", help="no per-step lines")
+    run.add_argument("--quiet", action="store_true", help="no per-step lines and no rank output")
+    run.add_argument("--ranks", help="whose output to show: all, none or ranks such as 0,3 (default: every rank "
+                     "up to 8, beyond that rank 0 and every rank's errors)")
     run.set_defaults(func=cmd_run)
 
     table = sub.add_parser("table", help="print the scaling table (effective batch, lr, warmup, steps/epoch)")
@@ -116,7 +118,9 @@ LAUNCH_OPTIONS: dict[str, dict[str, Any]] = {
     "--cwd": {"help": "the ranks' working folder (default: this one)"},
     "--env": {"action": "append", "default": [], "metavar": "NAME=VALUE", "help": "an environment variable for "
               "the ranks (repeatable)"},
-    "--quiet": {"action": "store_true"},
+    "--quiet": {"action": "store_true", "help": "no per-step lines and no rank output"},
+    "--ranks": {"help": "whose output to show: all, none or ranks such as 0,3 (default: every rank up to 8, "
+                "beyond that rank 0 and every rank's errors)"},
 }
 
 
@@ -168,9 +172,12 @@ def load_config(args: argparse.Namespace) -> JobConfig:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from workbench.launch.output import shown_streams
     from workbench.launch.submit import submit
 
-    return follow(submit(load_config(args), run_dir=args.run_dir), args.quiet)
+    cfg = load_config(args)
+    shown_streams(cfg.world_size, args.ranks)  # a bad --ranks fails before anything runs
+    return follow(submit(cfg, run_dir=args.run_dir), args.quiet, args.ranks)
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
@@ -182,16 +189,20 @@ def cmd_launch(args: argparse.Namespace) -> int:
         if not sep or not name:
             raise ConfigError([f"--env {item!r}: write NAME=VALUE, e.g. --env NCCL_DEBUG=INFO"])
         env[name] = value
-    run = submit_script(args.script, args.script_args, load_config(args), module=args.module, cwd=args.cwd, env=env)
-    return follow(run, args.quiet)
+    from workbench.launch.output import shown_streams
+
+    cfg = load_config(args)
+    shown_streams(cfg.world_size, args.ranks)  # a bad --ranks fails before anything runs
+    run = submit_script(args.script, args.script_args, cfg, module=args.module, cwd=args.cwd, env=env)
+    return follow(run, args.quiet, args.ranks)
 
 
-def follow(run: Any, quiet: bool = False) -> int:
+def follow(run: Any, quiet: bool = False, ranks: str | None = None) -> int:
     """Stream a run's progress to the terminal; per-rank table and plot at the end; 1 if it failed."""
     from workbench.plots import save_run_plot
 
     print(f"[workbench] run folder: {run.folder}", flush=True)
-    printer = ProgressPrinter(quiet=quiet)
+    printer = ProgressPrinter(quiet=quiet, ranks=ranks)
     status = run.wait(on_poll=printer)
     printer(run)
     frame = run.metrics()
@@ -212,8 +223,9 @@ class ProgressPrinter:
     KNOWN = ("loss", "loss_reduced", "lr", "samples_per_s", "step_time_s", "comm_wait_s", "mem_mb")
     HIDDEN = {"rank", "step", "time", "epoch", "attempt", "data_time_s", "comm_busy_s", *KNOWN}
 
-    def __init__(self, quiet: bool = False, every_s: float = 1.0):
-        self.quiet, self.every_s = quiet, every_s
+    def __init__(self, quiet: bool = False, every_s: float = 1.0, ranks: str | None = None):
+        self.quiet, self.every_s, self.ranks = quiet, every_s, ranks
+        self.output: Any = None
         self.last: dict[int, tuple[float, int]] = {}  # rank -> (when printed, step printed)
         self.started = False
 
@@ -222,6 +234,7 @@ class ProgressPrinter:
             return
         if not self.started:
             self.started = print_start(run)
+        self.print_output(run)
         now = time.monotonic()
         for rank, frame in sorted(run.metric_frames.frames.items()):
             printed_at, printed_step = self.last.get(rank, (-self.every_s, -1))
@@ -232,6 +245,16 @@ class ProgressPrinter:
                 continue
             self.last[rank] = (now, int(rec.get("step", -1)))
             print(f"  rank {rank} | step {int(rec['step']):>6} | " + format_record(rec), flush=True)
+
+
+    def print_output(self, run: Any) -> None:
+        """Each chosen rank's new stdout and stderr lines, prefixed [rank N], as they come."""
+        from workbench.launch.output import RankOutput, shown_streams
+
+        if self.output is None:
+            self.output = RankOutput(run.dir, shown_streams(run.world_size, self.ranks))
+        for rank, kind, line in self.output.poll():
+            print(f"[rank {rank}] {line}", file=sys.stderr if kind == "err" else sys.stdout, flush=True)
 
 
 def print_start(run: Any) -> bool:
