@@ -30,6 +30,7 @@ from workbench.configtypes import (
     coerce,
     field_docs,
     problem_fields,
+    shown,
     unknown_key_message,
     yaml_load,
 )
@@ -277,14 +278,14 @@ class JobConfig:
         from workbench.configyaml import YamlProblem
 
         path = _as_path(source)
-        where = f"{path}: " if path is not None else "YAML: "
+        where = f"{shown(path)}: " if path is not None else "YAML: "
         text = read_config_file(path) if path is not None else str(source)
         try:
             data = yaml_load(text)
         except YamlProblem as exc:
             raise ConfigError([f"{where}{exc}"]) from None
         if path is not None and data is None:
-            raise ConfigError([f"{path}: the file holds no settings (empty, or only comments); "
+            raise ConfigError([f"{shown(path)}: the file holds no settings (empty, or only comments); "
                                "write the sections you change, e.g. train: {lr: 0.001}, or {} for all defaults"])
         if data is not None and not isinstance(data, dict):
             raise ConfigError([f"{where}the top level must be a mapping of sections (task:, train:, ...), "
@@ -358,28 +359,29 @@ def read_config_file(path: Path) -> str:
     unreadable, larger than configyaml.MAX_BYTES, binary or not UTF-8)."""
     from workbench.configyaml import MAX_BYTES
 
+    name = shown(path)
     try:
         with open(path, "rb") as fh:
             data = fh.read(MAX_BYTES + 1)
     except FileNotFoundError:
-        raise ConfigFileError(f"{path}: no such file; check the path") from None
+        raise ConfigFileError(f"{name}: no such file; check the path") from None
     except IsADirectoryError:
-        raise ConfigFileError(f"{path}: is a folder, not a config file; give the YAML file in it") from None
+        raise ConfigFileError(f"{name}: is a folder, not a config file; give the YAML file in it") from None
     except OSError as exc:
-        raise ConfigFileError(f"{path}: cannot read it ({exc.strerror}); check the path and its permissions") from None
+        raise ConfigFileError(f"{name}: cannot read it ({exc.strerror}); check the path and its permissions") from None
     if len(data) > MAX_BYTES:
-        raise ConfigFileError(f"{path}: larger than the {MAX_BYTES >> 10} KiB a config may be; is it the "
+        raise ConfigFileError(f"{name}: larger than the {MAX_BYTES >> 10} KiB a config may be; is it the "
                               "right file? Keep large data in files your task factory reads")
     nul = data.find(b"\0")
     if nul >= 0:
-        raise ConfigFileError(f"{path}: a binary file (a NUL byte at byte {nul}), not a YAML config; "
+        raise ConfigFileError(f"{name}: a binary file (a NUL byte at byte {nul}), not a YAML config; "
                               "give the config's .yaml file")
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise ConfigFileError(f"{path}: not UTF-8 text (byte {exc.start}); give a YAML config saved as UTF-8") from None
+        raise ConfigFileError(f"{name}: not UTF-8 text (byte {exc.start}); give a YAML config saved as UTF-8") from None
     if not text.strip():
-        raise ConfigFileError(f"{path}: the file is empty; write the sections you change, "
+        raise ConfigFileError(f"{name}: the file is empty; write the sections you change, "
                               "e.g. train: {lr: 0.001}, or {} for all defaults")
     return text
 
@@ -459,7 +461,7 @@ def _build(cls: type, data: Any, prefix: str, problems: list[str]) -> Any:
             problems.append(f"{prefix.rstrip('.') or 'config'}: the key {_short(key)} is not text; "
                             f"section and field names are words, e.g. {next(iter(hints))}")
             continue
-        path = f"{prefix}{key}"
+        path = f"{prefix}{shown(key)}"
         if key not in hints:
             problems.append(unknown_key_message(path, key, list(hints)))
             continue

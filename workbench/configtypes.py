@@ -80,12 +80,12 @@ def _coerce_plain(value: Any, kind: Any) -> tuple[bool, Any, str]:
         return False, None, f"expected text, got {_short(value)}; put it in quotes"
     if kind is dict:
         if isinstance(value, dict):
-            why = plain_data_problem(dict(value))
+            why = plain_data_problem(value if type(value) is dict else dict(value))
             return (True, dict(value), "") if not why else (False, None, why)
         return False, None, f"expected a mapping, got {_short(value)}; write e.g. {{key: value}}, or {{}} for none"
     if kind is list:
         if isinstance(value, (list, tuple)):
-            why = plain_data_problem(list(value))
+            why = plain_data_problem(value if type(value) in (list, tuple) else list(value))
             return (True, list(value), "") if not why else (False, None, why)
         return False, None, f"expected a list, got {_short(value)}; write e.g. [a, b], or [] for none"
     return True, value, ""
@@ -101,6 +101,13 @@ def _is_text(value: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def shown(name: Any) -> str:
+    """A key or file name as a message shows it: as written when it is plain printable text, else
+    quoted and escaped (a newline or an escape sequence must not break the one line)."""
+    text = str(name)
+    return text if text.isprintable() and 0 < len(text) <= 200 else _short(text)
 
 
 def _short(value: Any) -> str:

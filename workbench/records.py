@@ -179,10 +179,10 @@ def clean(obj: Any, schema: Schema) -> tuple[dict[str, Any] | None, str]:
     return obj, ""
 
 
-def parse_line(line: bytes, schema: Schema) -> tuple[dict[str, Any] | None, str]:
+def parse_line(line: bytes, schema: Schema, max_bytes: int = MAX_LINE_BYTES) -> tuple[dict[str, Any] | None, str]:
     """One JSONL line -> (record, "") or (None, why it is damaged); never raises."""
-    if len(line) > MAX_LINE_BYTES:
-        return None, f"a line of {len(line)} bytes (more than {MAX_LINE_BYTES})"
+    if len(line) > max_bytes:
+        return None, f"a line of {len(line)} bytes (more than {max_bytes})"
     return parse_json(line, schema)
 
 
@@ -191,8 +191,11 @@ _DECODER = json.JSONDecoder()
 
 def parse_json(data: bytes, schema: Schema) -> tuple[dict[str, Any] | None, str]:
     """One JSON value in `data` (NULs and blanks around it ignored), cleaned by `schema`; never raises."""
+    stripped = data.strip(b" \t\r\n\0")
+    if not stripped:
+        return None, "only NUL bytes (left by a crashed writer)" if b"\0" in data else "empty"
     try:
-        text = data.strip(b" \t\r\n\0").decode("utf-8")
+        text = stripped.decode("utf-8")
         obj, end = _DECODER.raw_decode(text)
     except UnicodeDecodeError:
         return None, "not UTF-8 text"
@@ -224,7 +227,7 @@ def read_object(path: str | Path, schema: Schema = ANY_OBJECT) -> dict[str, Any]
     else:
         record, why = parse_json(data, schema) if data.strip() else (None, "empty")
     if record is None:
-        warn_damaged(path, [(1, why)], once_key=_version(path))
+        warn_damaged(path, [(0, why)], once_key=_version(path))
     return record
 
 
@@ -240,8 +243,9 @@ _WARNED: OrderedDict[tuple[Any, ...], None] = OrderedDict()
 
 
 def warn_damaged(path: Path, damaged: list[tuple[int, str]], once_key: tuple[Any, ...] | None = None) -> None:
-    """One DamagedFileWarning for the damaged lines found in `path` by one read: [(line, why)].
-    With `once_key`, the same key (a file version) is warned about once per process."""
+    """One DamagedFileWarning for the damaged lines found in `path` by one read: [(line, why)],
+    line 0 meaning the whole file.  With `once_key`, the same key (a file version) is warned about
+    once per process: a status file re-read every poll is named once."""
     if not damaged:
         return
     if once_key is not None:
@@ -251,7 +255,9 @@ def warn_damaged(path: Path, damaged: list[tuple[int, str]], once_key: tuple[Any
         if len(_WARNED) > 4096:
             _WARNED.popitem(last=False)
     line, why = damaged[0]
-    where = f"line {line}" if line else "the file"
-    more = f" and {len(damaged) - 1} more damaged line(s)" if len(damaged) > 1 else ""
-    warnings.warn(f"{path}: skipped {where} ({why}){more}; the rest of the file is read",
-                  DamagedFileWarning, stacklevel=3)
+    if not line:  # the whole file
+        text = f"{path}: {why}; read as if it were absent"
+    else:
+        more = f" and {len(damaged) - 1} more damaged line(s)" if len(damaged) > 1 else ""
+        text = f"{path}: skipped line {line} ({why}){more}; the other lines are read"
+    warnings.warn(text, DamagedFileWarning, stacklevel=3)

@@ -60,6 +60,8 @@ class JsonlTail:
     A line growing past records.MAX_LINE_BYTES without an end is skipped as it streams in."""
 
     CHUNK_BYTES = 4 << 20
+    """Bytes read at a time; more than MAX_LINE_BYTES, so a chunk without a line end is a long line."""
+    MAX_LINE_BYTES = MAX_LINE_BYTES
 
     def __init__(self, path: Path, schema: Schema | None = None):
         self.path = Path(path)
@@ -93,11 +95,12 @@ class JsonlTail:
         chunk = fh.read(self.CHUNK_BYTES)
         end = chunk.rfind(b"\n")
         if end < 0:  # no complete line: wait for its end, unless it is already too long to be a record
-            if len(chunk) > MAX_LINE_BYTES and not self._in_long_line:
+            if len(chunk) > self.MAX_LINE_BYTES and not self._in_long_line:
                 self._in_long_line = True
-                damaged.append((self.line + 1, f"a line of more than {MAX_LINE_BYTES} bytes"))
-            if self._in_long_line:
-                self.offset += len(chunk)
+                damaged.append((self.line + 1, f"a line of more than {self.MAX_LINE_BYTES} bytes"))
+            if not self._in_long_line:
+                return False
+            self.offset += len(chunk)
             return len(chunk) == self.CHUNK_BYTES
         lines = chunk[:end].split(b"\n")
         if self._in_long_line:  # the end of the long line: already reported
@@ -105,8 +108,8 @@ class JsonlTail:
             self._in_long_line = False
         for line in lines:
             self.line += 1
-            if line.strip(b" \t\r\0"):
-                record, why = parse_line(line, self.schema)
+            if line.strip(b" \t\r"):  # blank lines are no damage; a run of NULs is
+                record, why = parse_line(line, self.schema, self.MAX_LINE_BYTES)
                 if record is None:
                     damaged.append((self.line, why))
                 else:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workbench.config import JobConfig
-from workbench.configtypes import ConfigError
+from workbench.configtypes import ConfigError, shown
 from workbench.launch.status import RunStatus, run_status
 from workbench.rankstate import LOST_AFTER_S, lost_message
 from workbench.records import EVENT, warn_damaged
@@ -84,11 +84,11 @@ class Run:
         """Reattach to a run folder (after a kernel restart): SLURM jobs are followed again."""
         run = RunDir(Path(run_dir))
         if not run.root.is_dir():
-            raise RunFolderError(f"{run_dir}: no such folder; give the run folder `workbench run` printed")
+            raise RunFolderError(f"{shown(run_dir)}: no such folder; give the run folder `workbench run` printed")
         meta = run.read_meta()
         if meta is None:
             why = "its run.json is damaged" if run.meta.exists() else "no run.json"
-            raise RunFolderError(f"{run_dir}: not a workbench run folder ({why}); give the folder a run "
+            raise RunFolderError(f"{shown(run_dir)}: not a workbench run folder ({why}); give the folder a run "
                                  "printed, e.g. runs/quickstart-20250101-120000-000")
         return cls(run.root, _reattach_job(meta, run))
 
