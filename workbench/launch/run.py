@@ -84,7 +84,8 @@ class Run:
         """Reattach to a run folder (after a kernel restart): SLURM jobs are followed again."""
         run = RunDir(Path(run_dir))
         if not run.root.is_dir():
-            raise RunFolderError(f"{shown(run_dir)}: no such folder; give the run folder `workbench run` printed")
+            what = "not a folder" if run.root.exists() else "no such folder"
+            raise RunFolderError(f"{shown(run_dir)}: {what}; give the run folder `workbench run` printed")
         meta = run.read_meta()
         if meta is None:
             why = "its run.json is damaged" if run.meta.exists() else "no run.json"
