@@ -200,6 +200,7 @@ def _garbage_run(tmp_path: Path) -> RunDir:
     return run
 
 
+@pytest.mark.filterwarnings("ignore::workbench.records.DamagedFileWarning")
 def test_status_exception_metrics_and_health_survive_a_run_folder_of_garbage(tmp_path):
     run = _garbage_run(tmp_path)
     handle = Run(run.root)
