@@ -71,3 +71,15 @@ def diverging_at(step_calls: int, rank: int = 1, **options) -> Task:
             next(task.model.parameters()).add_(1e-3)
 
     return _on_training_call(synthetic_classification(**options), rank, step_calls, nudge)
+
+
+def wrong_return(**options) -> int:
+    """A task factory with a bug: it returns something that is not a Task."""
+    synthetic_classification(**options)
+    return 42
+
+
+def raising_inside(**options) -> Task:
+    """A task factory whose own code raises (the user's frame must come first in the traceback)."""
+    sizes = {"hidden": 64}
+    return synthetic_classification(hidden=sizes["hiden"], **options)

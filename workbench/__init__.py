@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from workbench.config import JobConfig
+from workbench.config import ConfigFileError, JobConfig
 from workbench.configtypes import ConfigError
 from workbench.scaling import scaling_table
 
@@ -16,6 +16,7 @@ _LAZY = {
     "submit": "workbench.launch.submit",
     "Run": "workbench.launch.run",
     "RunFailed": "workbench.launch.run",
+    "RunFolderError": "workbench.launch.run",
     "Task": "workbench.engine.tasks",
     "log": "workbench.engine.script",
     "submit_script": "workbench.launch.submit",
@@ -26,12 +27,12 @@ _LAZY = {
 }
 _MODULES = ("presets", "analysis")
 
-__all__ = ["JobConfig", "ConfigError", "scaling_table", *_LAZY]
+__all__ = ["JobConfig", "ConfigError", "ConfigFileError", "scaling_table", *_LAZY]
 
 if TYPE_CHECKING:
     from workbench.engine.script import log
     from workbench.engine.tasks import Task
-    from workbench.launch.run import Run, RunFailed
+    from workbench.launch.run import Run, RunFailed, RunFolderError
     from workbench.launch.submit import submit, submit_fn, submit_script
     from workbench.scaling_bench import benchmark_scaling
 

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,19 +26,63 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(exc.problems[0])
     args = parser.parse_args(own)
     args.script_args = script_args
+    with _warnings_as_lines():
+        try:
+            return int(args.func(args) or 0)
+        except KeyboardInterrupt:
+            return 130
+        except BrokenPipeError:  # the reader went away (`workbench config --docs | head`): not an error
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
+        except Exception as exc:  # noqa: BLE001 - every exit path prints a line; see user_error
+            return report_error(exc)
+
+
+def report_error(exc: BaseException) -> int:
+    """A user error (a ConfigError: bad config, config file, run folder; an OSError: a path, a full
+    disk) prints one line per problem, naming the field or file and the fix, and gives 2.  Anything
+    else is a bug in workbench: its traceback, and 1."""
+    lines = user_error(exc)
+    if lines is None:
+        import traceback
+
+        traceback.print_exception(exc)
+        print("workbench: this is a bug in workbench (traceback above); please report it", file=sys.stderr)
+        return 1
+    for line in lines:
+        print(f"workbench: {line}", file=sys.stderr)
+    return 2
+
+
+def user_error(exc: BaseException) -> list[str] | None:
+    """The lines that tell the user what is wrong and how to fix it; None when `exc` is not theirs."""
+    if isinstance(exc, ConfigError):
+        return exc.problems
+    if isinstance(exc, OSError):
+        where = f"{exc.filename}: " if exc.filename else ""
+        what = exc.strerror or str(exc)
+        fix = {errno.ENOSPC: "free some space", errno.EDQUOT: "free some space (disk quota)",
+               errno.EACCES: "check its permissions", errno.EROFS: "the disk is read-only; use another folder",
+               errno.ENOENT: "check the path"}.get(exc.errno or 0, "check the path")
+        return [f"{where}{what}; {fix}"]
+    return None
+
+
+@contextlib.contextmanager
+def _warnings_as_lines() -> Iterator[None]:
+    """Warnings (a damaged line skipped in a run folder) print as "workbench: warning: ...", once each."""
+    import warnings
+
+    shown = warnings.showwarning
+
+    def one_line(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+        print(f"workbench: warning: {message}", file=sys.stderr)
+
+    warnings.showwarning = one_line
     try:
-        return int(args.func(args) or 0)
-    except ConfigError as exc:
-        print(f"workbench: {exc}", file=sys.stderr)
-        return 2
-    except FileNotFoundError as exc:
-        print(f"workbench: {exc.filename or exc}: no such file", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:  # the reader went away (`workbench config --docs | head`): not an error
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+        yield
+    finally:
+        warnings.showwarning = shown
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -260,7 +307,8 @@ class ProgressPrinter:
 def print_start(run: Any) -> bool:
     """Print the derived numbers of rank 0's start event once it is there; returns whether it was."""
     e = run.event_summary().start
-    if not e or "effective_batch" not in e:
+    needed = ("world_size", "device", "effective_batch", "lr", "warmup_steps", "steps_per_epoch", "total_steps")
+    if not e or any(k not in e for k in needed):
         return False
     print(f"[workbench] {e['world_size']} ranks on {e['device']}: effective batch {e['effective_batch']}, "
           f"lr {e['lr']:.3g}, warmup {e['warmup_steps']} steps, {e['steps_per_epoch']} steps/epoch, "
@@ -329,7 +377,7 @@ BENCH_COLUMNS = ["world_size", "samples_per_s", "speedup", "expected_speedup", "
 
 def cmd_bench_scaling(args: argparse.Namespace) -> int:
     from workbench.launch.run import RunFailed
-    from workbench.plots import plot_scaling
+    from workbench.plots import plot_scaling, save_figure
     from workbench.scaling_bench import benchmark_scaling
 
     sizes = parse_world_sizes(args.world_sizes, "--world-sizes")
@@ -340,7 +388,7 @@ def cmd_bench_scaling(args: argparse.Namespace) -> int:
         return 1
     print(frame[BENCH_COLUMNS].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     plot = Path(frame.attrs["folder"]) / "scaling.png"
-    plot_scaling(frame).savefig(plot, dpi=100)
+    save_figure(plot_scaling(frame), plot)
     print(f"[workbench] runs and scaling.csv: {frame.attrs['folder']}\n[workbench] scaling plot: {plot}")
     return 0
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import os
 import typing
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -23,7 +24,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 from workbench import validate
-from workbench.configtypes import ConfigError, coerce, field_docs, problem_fields, unknown_key_message, yaml_load
+from workbench.configtypes import (
+    ConfigError,
+    _short,
+    coerce,
+    field_docs,
+    problem_fields,
+    shown,
+    unknown_key_message,
+    yaml_load,
+)
 
 Backend = Literal["auto", "nccl", "gloo", "xccl", "ccl"]
 Precision = Literal["fp32", "bf16", "fp16"]
@@ -261,16 +271,25 @@ class JobConfig:
 
     @classmethod
     def from_yaml(cls, source: str | Path) -> JobConfig:
-        """Load from a YAML file path or YAML text (safe loader only); raises ConfigError like from_dict."""
-        import yaml
+        """Load from a config file (a Path, or a str naming an existing file, whatever its extension)
+        or from YAML text (safe and bounded: workbench.configyaml).  Raises ConfigError like
+        from_dict; a file that cannot be a config (missing, empty, binary, a folder, too large)
+        gives one line naming the file and the fix."""
+        from workbench.configyaml import YamlProblem
 
-        text = Path(source).read_text() if _looks_like_path(source) else str(source)
+        path = _as_path(source)
+        where = f"{shown(path)}: " if path is not None else "YAML: "
+        text = read_config_file(path) if path is not None else str(source)
         try:
             data = yaml_load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError([f"YAML: cannot parse ({exc}); fix the syntax"]) from None
+        except YamlProblem as exc:
+            raise ConfigError([f"{where}{exc}"]) from None
+        if path is not None and data is None:
+            raise ConfigError([f"{shown(path)}: the file holds no settings (empty, or only comments); "
+                               "write the sections you change, e.g. train: {lr: 0.001}, or {} for all defaults"])
         if data is not None and not isinstance(data, dict):
-            raise ConfigError(["YAML: the top level must be a mapping of sections (task:, train:, ...)"])
+            raise ConfigError([f"{where}the top level must be a mapping of sections (task:, train:, ...), "
+                               f"got {_kind(data)}"])
         return cls.from_dict(data)
 
     def with_overrides(self, assignments: list[str]) -> JobConfig:
@@ -317,10 +336,68 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _looks_like_path(source: str | Path) -> bool:
+def _as_path(source: str | Path) -> Path | None:
+    """The file `source` names, or None when it is YAML text.  A Path is always a file; a str is a
+    file when one exists there, or when it is one line that cannot be a YAML mapping (no ": " and no
+    "{") -- a name such as "job.conf" that is missing must say so, not parse as text."""
     if isinstance(source, Path):
-        return True
-    return "\n" not in source and ":" not in source.split("/")[-1] and Path(source).suffix in {".yaml", ".yml"}
+        return source
+    text = str(source)
+    if "\n" in text or "\0" in text or len(text) > 4096:
+        return None
+    try:
+        if os.path.lexists(text):
+            return Path(text)
+    except (OSError, ValueError):
+        return None
+    mapping_like = ": " in text or text.rstrip().endswith(":") or "{" in text
+    return None if mapping_like or not text.strip() else Path(text)
+
+
+def read_config_file(path: Path) -> str:
+    """The text of a config file, or ConfigError naming the file and the fix (missing, a folder,
+    unreadable, larger than configyaml.MAX_BYTES, binary or not UTF-8)."""
+    from workbench.configyaml import MAX_BYTES
+
+    name = shown(path)
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_BYTES + 1)
+    except FileNotFoundError:
+        raise ConfigFileError(f"{name}: no such file; check the path") from None
+    except IsADirectoryError:
+        raise ConfigFileError(f"{name}: is a folder, not a config file; give the YAML file in it") from None
+    except OSError as exc:
+        raise ConfigFileError(f"{name}: cannot read it ({exc.strerror}); check the path and its permissions") from None
+    if len(data) > MAX_BYTES:
+        raise ConfigFileError(f"{name}: larger than the {MAX_BYTES >> 10} KiB a config may be; is it the "
+                              "right file? Keep large data in files your task factory reads")
+    nul = data.find(b"\0")
+    if nul >= 0:
+        raise ConfigFileError(f"{name}: a binary file (a NUL byte at byte {nul}), not a YAML config; "
+                              "give the config's .yaml file")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigFileError(f"{name}: not UTF-8 text (byte {exc.start}); give a YAML config saved as UTF-8") from None
+    if not text.strip():
+        raise ConfigFileError(f"{name}: the file is empty; write the sections you change, "
+                              "e.g. train: {lr: 0.001}, or {} for all defaults")
+    return text
+
+
+class ConfigFileError(ConfigError, FileNotFoundError):
+    """A config file that cannot be read as one (missing, a folder, binary, empty, too large): a
+    ConfigError whose message is one line naming the file and the fix.  Also a FileNotFoundError,
+    so code that caught a missing config file still catches it."""
+
+    def __init__(self, message: str):
+        ConfigError.__init__(self, [message])
+
+
+def _kind(data: Any) -> str:
+    return {list: "a list", str: "text", int: "a number", float: "a number", bool: "true/false"}.get(
+        type(data), type(data).__name__)
 
 
 # --- construction ------------------------------------------------------------------------------
@@ -380,7 +457,11 @@ def _build(cls: type, data: Any, prefix: str, problems: list[str]) -> Any:
     hints = _hints(cls)
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
-        path = f"{prefix}{key}"
+        if not isinstance(key, str):
+            problems.append(f"{prefix.rstrip('.') or 'config'}: the key {_short(key)} is not text; "
+                            f"section and field names are words, e.g. {next(iter(hints))}")
+            continue
+        path = f"{prefix}{shown(key)}"
         if key not in hints:
             problems.append(unknown_key_message(path, key, list(hints)))
             continue

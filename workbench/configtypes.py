@@ -15,12 +15,17 @@ from typing import Any, Literal, Union
 
 
 class ConfigError(ValueError):
-    """A config with one or more problems; `problems` lists each, naming the field and the fix."""
+    """Bad input from the user: a config with one or more problems, or a config file or run folder
+    that cannot be used.  `problems` lists each as one line naming the field (or file) and the fix;
+    with one problem, that line is the message.  The CLI prints them and exits with status 2."""
 
     def __init__(self, problems: list[str]):
         self.problems = list(problems)
+        if len(self.problems) == 1:
+            super().__init__(self.problems[0])
+            return
         lines = "\n".join(f"  - {p}" for p in self.problems)
-        super().__init__(f"{len(self.problems)} problem(s) in the job config:\n{lines}")
+        super().__init__(f"{len(self.problems)} problems in the job config:\n{lines}")
 
     def fields(self) -> list[str]:
         """The field paths named by the problems (the text before the first colon)."""
@@ -41,7 +46,7 @@ def coerce(value: Any, hint: Any) -> tuple[bool, Any, str]:
         choices = typing.get_args(hint)
         if value in choices:
             return True, value, ""
-        return False, None, f"unknown value {value!r}; choose one of {', '.join(map(str, choices))}"
+        return False, None, f"unknown value {_short(value)}; choose one of {', '.join(map(str, choices))}"
     return _coerce_plain(value, origin or hint)
 
 
@@ -57,31 +62,107 @@ def _coerce_union(value: Any, args: tuple[Any, ...]) -> tuple[bool, Any, str]:
         reasons.append(why)
     if len(kinds) == 1:  # Optional[X]: X's own reason, plus the way out
         return False, None, f"{reasons[0]}, or leave it empty"
-    return False, None, f"expected {_describe(args)}, got {value!r}; write one of those"
+    return False, None, f"expected {_describe(args)}, got {_short(value)}; write one of those"
 
 
 def _coerce_plain(value: Any, kind: Any) -> tuple[bool, Any, str]:
     if kind is bool:
         if isinstance(value, bool):
             return True, value, ""
-        return False, None, f"expected true or false, got {value!r}; write true or false without quotes"
+        return False, None, f"expected true or false, got {_short(value)}; write true or false without quotes"
     if kind is int:
         return _coerce_int(value)
     if kind is float:
         return _coerce_float(value)
     if kind is str:
         if isinstance(value, str):
-            return True, value, ""
-        return False, None, f"expected text, got {value!r}; put it in quotes"
+            return (True, value, "") if _is_text(value) else (False, None, _BAD_TEXT)
+        return False, None, f"expected text, got {_short(value)}; put it in quotes"
     if kind is dict:
         if isinstance(value, dict):
-            return True, dict(value), ""
-        return False, None, f"expected a mapping, got {value!r}; write e.g. {{key: value}}, or {{}} for none"
+            why = plain_data_problem(value if type(value) is dict else dict(value))
+            return (True, dict(value), "") if not why else (False, None, why)
+        return False, None, f"expected a mapping, got {_short(value)}; write e.g. {{key: value}}, or {{}} for none"
     if kind is list:
         if isinstance(value, (list, tuple)):
-            return True, list(value), ""
-        return False, None, f"expected a list, got {value!r}; write e.g. [a, b], or [] for none"
+            why = plain_data_problem(value if type(value) in (list, tuple) else list(value))
+            return (True, list(value), "") if not why else (False, None, why)
+        return False, None, f"expected a list, got {_short(value)}; write e.g. [a, b], or [] for none"
     return True, value, ""
+
+
+_BAD_TEXT = "text with a character that is not valid Unicode (a lone surrogate); write plain text"
+_PLAIN_LEAVES = (type(None), bool, int, float, str)
+
+
+def _is_text(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def shown(name: Any) -> str:
+    """A key or file name as a message shows it: as written when it is plain printable text, else
+    quoted and escaped (a newline or an escape sequence must not break the one line)."""
+    text = str(name)
+    return text if text.isprintable() and 0 < len(text) <= 200 else _short(text)
+
+
+def _short(value: Any) -> str:
+    """A bounded repr for messages (a value may be a megabyte of text or a million-element list)."""
+    import reprlib
+
+    return reprlib.repr(value)
+
+
+def plain_data_problem(value: Any) -> str | None:
+    """Why `value` (an option mapping or list) is not plain data a config can hold, or None: text
+    keys, leaves None/bool/number/text, at most configyaml.MAX_VALUES values (shared parts counted
+    each time they appear) nested at most configyaml.MAX_DEPTH deep, no container inside itself."""
+    from workbench.configyaml import MAX_DEPTH, MAX_VALUES
+
+    count = 0
+    inside: set[int] = set()  # ids of the containers on the path to the current item
+    stack: list[tuple[Any, int, str]] = [(value, 0, "")]
+    while stack:
+        item, depth, where = stack.pop()
+        if item is _LEAVE:
+            inside.discard(depth)  # for the marker, `depth` holds the id of the container left
+            continue
+        count += 1
+        at = f" at {where[:80]}" if where else ""
+        if count > MAX_VALUES:
+            return f"holds more than {MAX_VALUES} values; keep large data in files your task factory reads"
+        if depth > MAX_DEPTH:
+            return f"nested more than {MAX_DEPTH} levels deep{at}; flatten it"
+        if type(item) is dict:
+            bad = [k for k in item if type(k) is not str or not _is_text(k)]
+            if bad:
+                return f"the key {_short(bad[0])}{at} is not text; option names are words"
+            children = [(v, f"{where}.{k}" if where else k) for k, v in item.items()]
+        elif type(item) in (list, tuple):
+            children = [(v, f"{where}[{i}]") for i, v in enumerate(item)]
+        elif type(item) in _PLAIN_LEAVES:  # exact types: numpy's float64 is a float YAML cannot write
+            if type(item) is str and not _is_text(item):
+                return f"the text{at} has a character that is not valid Unicode (a lone surrogate); write plain text"
+            if type(item) is int and item.bit_length() > 1000:
+                return f"the whole number{at} has more than 300 digits; write a smaller one"
+            continue
+        else:
+            return (f"holds {_short(item)} ({type(item).__name__}){at}; a config holds plain data "
+                    "(numbers, text, lists, mappings): pass objects through the task factory")
+        if id(item) in inside:
+            return f"contains itself{at}; a config holds plain data, without cycles"
+        inside.add(id(item))
+        stack.append((_LEAVE, id(item), where))
+        stack += [(child, depth + 1, path) for child, path in children]
+    return None
+
+
+_LEAVE = object()
+"""A marker on plain_data_problem's stack: the container under it is done."""
 
 
 def _coerce_int(value: Any) -> tuple[bool, Any, str]:
@@ -89,7 +170,7 @@ def _coerce_int(value: Any) -> tuple[bool, Any, str]:
         return True, value, ""
     if isinstance(value, float) and value.is_integer():
         return True, int(value), ""
-    return False, None, f"expected a whole number, got {value!r}; write it in digits without a fraction, e.g. 2"
+    return False, None, f"expected a whole number, got {_short(value)}; write it in digits without a fraction, e.g. 2"
 
 
 def _coerce_float(value: Any) -> tuple[bool, Any, str]:
@@ -100,9 +181,9 @@ def _coerce_float(value: Any) -> tuple[bool, Any, str]:
         with contextlib.suppress(ValueError):
             number = float(value)
     if number is None:
-        return False, None, f"expected a number, got {value!r}; write it in digits, e.g. 0.001 or 3e-4"
+        return False, None, f"expected a number, got {_short(value)}; write it in digits, e.g. 0.001 or 3e-4"
     if not math.isfinite(number):  # YAML's .inf and .nan, or "inf"/"nan"/"1e999" as text
-        return False, None, f"must be a finite number, got {value!r}; inf and nan are not allowed, write digits"
+        return False, None, f"must be a finite number, got {_short(value)}; inf and nan are not allowed, write digits"
     return True, number, ""
 
 
@@ -145,36 +226,15 @@ def _attribute_docstrings(cls: type) -> dict[str, str]:
 
 
 def yaml_load(text: str) -> Any:
-    """yaml.safe_load, except that 1:30:00 stays text (not base-60) and 5e-5 is a number."""
-    import yaml
+    """Plain data from config YAML (workbench.configyaml: safe, bounded); YamlProblem if it is not."""
+    from workbench.configyaml import load
 
-    return yaml.load(text, Loader=_config_loader())  # noqa: S506 - a SafeLoader subclass
-
-
-def _config_loader() -> type:
-    import re
-
-    import yaml
-
-    class ConfigLoader(yaml.SafeLoader):
-        pass
-
-    int_tag, float_tag = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
-    ConfigLoader.yaml_implicit_resolvers = {
-        first: [(tag, rx) for tag, rx in resolvers if tag not in (int_tag, float_tag)]
-        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-    }
-    ConfigLoader.add_implicit_resolver(int_tag, re.compile(
-        r"^(?:[-+]?0b[0-1_]+|[-+]?0x[0-9a-fA-F_]+|[-+]?(?:0|[1-9][0-9_]*))$"), list("-+0123456789"))
-    ConfigLoader.add_implicit_resolver(float_tag, re.compile(
-        r"^(?:[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?(?:[eE][-+]?[0-9]+)?|[-+]?\.[0-9_]+(?:[eE][-+]?[0-9]+)?"
-        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"), list("-+0123456789."))
-    return ConfigLoader
+    return load(text)
 
 
 def apply_overrides(data: dict[str, Any], assignments: list[str]) -> dict[str, Any]:
     """Apply "a.b.c=value" assignments to nested dict `data` (values parsed as YAML)."""
-    import yaml
+    from workbench.configyaml import YamlProblem
 
     problems = []
     for item in assignments:
@@ -191,8 +251,8 @@ def apply_overrides(data: dict[str, Any], assignments: list[str]) -> dict[str, A
             continue
         try:
             node[leaf] = yaml_load(raw) if raw.strip() else None
-        except yaml.YAMLError as exc:
-            problems.append(f"--set {item!r}: the value is not valid YAML ({exc.__class__.__name__})")
+        except YamlProblem as exc:
+            problems.append(f"--set {item!r}: the value is not valid YAML ({exc})")
     if problems:
         raise ConfigError(problems)
     return data

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -71,9 +72,16 @@ def plot_run(frame: pd.DataFrame, panels: Sequence[str] = PANELS, max_points: in
 
 
 def save_run_plot(frame: pd.DataFrame, path: str, **kwargs: Any) -> str:
-    fig = plot_run(frame, **kwargs)
-    fig.savefig(path, dpi=100)
+    save_figure(plot_run(frame, **kwargs), path)
     return path
+
+
+def save_figure(fig: Figure, path: str | Path) -> None:
+    """Write `fig` as a private file (0600, workbench.private), in the format its suffix names."""
+    from workbench.private import open_private
+
+    with open_private(path, "wb") as fh:
+        fig.savefig(fh, dpi=100, format=Path(path).suffix.lstrip(".") or "png")
 
 
 SPLIT = (("data_time_s", "data wait"), ("compute_s", "compute"), ("comm_wait_s", "communication"))

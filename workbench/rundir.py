@@ -23,11 +23,13 @@ import getpass
 import json
 import os
 import socket
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from workbench import records
+from workbench.private import DIR_MODE, make_dirs, write_atomic
 
 if TYPE_CHECKING:
     from workbench.config import JobConfig
@@ -109,27 +111,46 @@ class RunDir:
         folder = self.folder(kind)
         if not folder.is_dir():
             return {}
-        found = {int(p.stem[4:]): p for p in folder.iterdir() if p.stem.startswith("rank") and p.stem[4:].isdigit()}
+        found = {rank: p for p in folder.iterdir() if (rank := rank_of(p)) is not None}
         return dict(sorted(found.items()))
 
     def ranks_with(self, kind: str) -> list[int]:
         """Ranks that have a file of `kind` (metrics, events, status, errors)."""
         return list(self.rank_files(kind))
 
-    def create(self) -> RunDir:
-        """Make the folder tree, private to the user (0700): submitit keeps pickles here."""
-        for sub in ("", *RANK_KINDS, "logs", "checkpoints", "plots", "rendezvous"):
-            (self.root / sub).mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(self.root, 0o700)
-        return self
+    # --- reading what the ranks wrote (workbench.records: damaged content reads as absent) ---------
+    def read_meta(self) -> dict[str, Any] | None:
+        """run.json (None when absent or damaged); fields of the wrong type are left out."""
+        return records.read_object(self.meta, records.META)
+
+    def read_status(self, rank: int) -> dict[str, Any] | None:
+        """The rank's heartbeat: state and time always there; None when absent or damaged."""
+        return records.read_object(self.status(rank), records.STATUS)
+
+    def read_error(self, rank: int) -> dict[str, Any] | None:
+        """The rank's error record (None when absent or damaged)."""
+        return records.read_object(self.error(rank), records.ERROR)
+
+    def read_summary(self) -> dict[str, Any] | None:
+        """summary.json (None when absent or damaged)."""
+        return records.read_object(self.summary, records.SUMMARY)
 
     # --- a run folder's life ---------------------------------------------------------------------
+    def create(self) -> RunDir:
+        """Make the folder tree, private to the user (0700 whatever the umask): submitit keeps
+        pickles here.  Missing parents (the run root) are made 0700 too."""
+        make_dirs(self.root)
+        for sub in ("", *RANK_KINDS, "logs", "checkpoints", "plots", "rendezvous"):
+            make_dirs(self.root / sub)
+            os.chmod(self.root / sub, DIR_MODE)
+        return self
+
     def prepare(self, cfg: JobConfig, executor: str, **facts: Any) -> RunDir:
         """Create the tree, write config.yaml and run.json; a folder used again keeps its start time
         and its metrics, events, logs and checkpoints, but forgets how the last attempt ended."""
         self.create()
-        cfg.to_yaml(self.config)
-        meta = read_json(self.meta, {}) or {}
+        write_atomic(self.config, cfg.to_yaml().encode())
+        meta = self.read_meta() or {}
         if meta:
             self.forget_last_attempt(meta)
         meta.update({"executor": executor, "world_size": cfg.world_size, "nodes": cfg.dist.nodes,
@@ -150,44 +171,41 @@ class RunDir:
 
     def record_job(self, job_id: str) -> None:
         """Note the scheduler's job id in run.json, so Run.load can reattach to the job later."""
-        meta = read_json(self.meta, {}) or {}
+        meta = self.read_meta() or {}
         meta["job_id"] = str(job_id)
-        meta.setdefault("job_ids", []).append(str(job_id))
+        earlier = meta.get("job_ids")
+        meta["job_ids"] = [*(earlier if isinstance(earlier, list) else []), str(job_id)]
         write_json_atomic(self.meta, meta)
+
+
+def rank_of(path: Path) -> int | None:
+    """R of a per-rank file named rank{R}.<suffix> (ASCII digits only); None for any other name."""
+    digits = path.stem[4:]
+    if path.stem.startswith("rank") and digits.isascii() and digits.isdigit() and len(digits) < 10:
+        return int(digits)
+    return None
 
 
 def default_run_dir(cfg: JobConfig, suffix: str | None = None) -> Path:
     """<run_root>/<name>-<YYYYmmdd-HHMMSS-mmm>[-suffix]; name defaults to the task name."""
-    name = cfg.launch.name or _safe_name(cfg.task.name)
+    name = cfg.launch.name or safe_name(cfg.task.name)
     stamp = suffix or time.strftime("%Y%m%d-%H%M%S") + f"-{int(time.time() * 1000) % 1000:03d}"
     return Path(cfg.launch.run_root).expanduser().resolve() / f"{name}-{stamp}"
 
 
-def _safe_name(name: str) -> str:
+def safe_name(name: str) -> str:
     keep = "".join(c if c.isalnum() or c in "-_" else "-" for c in name.split(":")[-1].strip("<>"))
     return keep.strip("-")[:40] or "run"
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to a temp name in the same folder and rename it: readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(data, fh, default=str)
-    os.replace(tmp, path)
+    """Write JSON to a private temp name in the same folder and rename it: readers never see half a
+    file; the file is 0600 whatever the umask."""
+    write_atomic(path, json.dumps(data, default=str).encode())
 
 
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Write bytes to a temp name in the same folder and rename it: readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, path)
-
-
-def read_json(path: Path, default: Any = None) -> Any:
-    try:
-        return json.loads(Path(path).read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return default
+def read_json(path: Path, default: Any = None, schema: records.Schema = records.ANY_OBJECT) -> Any:
+    """The JSON object in `path`, cleaned by `schema`; `default` when the file is absent or does not
+    hold one (a warning names it).  Never raises for what the file holds."""
+    found = records.read_object(path, schema)
+    return default if found is None else found

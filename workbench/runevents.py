@@ -55,7 +55,7 @@ def _fold_one(summary: EventSummary, record: dict[str, Any]) -> None:
     kind = record.get("event")
     if kind == "start" and record.get("rank") == 0:
         summary.start = record
-    elif kind == "sync_check":
+    elif kind == "sync_check" and "in_sync" in record:  # a damaged check (in_sync dropped) says nothing
         summary.in_sync = bool(record.get("in_sync"))
         summary.diverged_ranks = list(record.get("diverged_ranks") or [])
         summary.first_diverged = record.get("first_diverged")
@@ -64,5 +64,5 @@ def _fold_one(summary: EventSummary, record: dict[str, Any]) -> None:
         summary.straggler_warnings += 1
     elif kind == "shard_check" and "ok" in record:
         summary.shards_ok = bool(record["ok"])
-    elif kind == "warning":
+    elif kind == "warning" and "message" in record:
         summary.warnings.append(f"rank {record.get('rank')}: {record.get('message', '')}")

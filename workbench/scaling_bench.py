@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from workbench import analysis
 from workbench.configtypes import ConfigError
+from workbench.private import make_dirs, open_private
 from workbench.scaling import effective_batch
 
 if TYPE_CHECKING:
@@ -99,7 +100,8 @@ def benchmark_scaling(cfg: JobConfig, world_sizes: Iterable[int] = (1, 2), steps
     folder = _bench_folder(cfg, factory)
     rows = [_measure(_run(c, factory, folder / f"world{c.world_size}"), c, warmup_steps) for c in configs]
     frame = compare(rows)
-    frame.to_csv(folder / "scaling.csv", index=False)
+    with open_private(folder / "scaling.csv", "w") as fh:
+        frame.to_csv(fh, index=False)
     frame.attrs["folder"] = str(folder)
     return frame
 
@@ -125,8 +127,7 @@ def _bench_folder(cfg: JobConfig, factory: Callable[..., Any] | None) -> Path:
     named = cfg.replace(task__name=factory_label(factory)) if factory is not None else cfg
     base = default_run_dir(named)
     folder = base.parent / f"scaling-{base.name}"
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return folder
+    return make_dirs(folder)
 
 
 def _run(cfg: JobConfig, factory: Callable[..., Any] | None, run_dir: Path) -> Run:

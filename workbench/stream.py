@@ -1,7 +1,8 @@
 """Per-rank JSON-lines records: a writer that flushes each record, and an offset-based tail reader.
 
 The reader keeps a byte offset per file and only parses complete lines, so a record that is being
-written (a partial last line) is read on the next poll instead of being lost or half-parsed.
+written (a partial last line) is read on the next poll instead of being lost or half-parsed.  What
+a line must hold to be a record, and what happens to one that does not, is workbench.records.
 """
 
 from __future__ import annotations
@@ -12,6 +13,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from workbench.private import make_dirs, open_private
+from workbench.records import ANY_OBJECT, MAX_LINE_BYTES, METRIC, Schema, parse_line, warn_damaged
+from workbench.rundir import rank_of
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -20,9 +25,9 @@ class JsonlWriter:
     """Append one flat JSON object per line; each line is flushed when written."""
 
     def __init__(self, path: Path):
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(path.parent)
         self.path = path
-        self._fh = open(path, "a", buffering=1)  # noqa: SIM115 - open for the writer's life; line-buffered
+        self._fh = open_private(path, "a", buffering=1)  # open for the writer's life; line-buffered
         if self._fh.tell() and not _ends_with_newline(path):
             self._fh.write("\n")  # an earlier attempt died mid-line: keep our first record whole
         self._lock = threading.Lock()  # the heartbeat thread writes events too: whole lines only
@@ -45,48 +50,81 @@ def _ends_with_newline(path: Path) -> bool:
 
 
 class JsonlTail:
-    """Incremental reader of one JSONL file by byte offset; tolerates a partial last line.
+    """Incremental reader of one JSONL file by byte offset; cannot be broken by what the file holds.
 
-    New complete lines are parsed in one json.loads call (about 3x faster than line by line); a
-    damaged line (a writer killed mid-line) is skipped, not fatal."""
+    Each poll reads what was appended since the last one, in chunks of at most `CHUNK_BYTES`: every
+    complete line is parsed and cleaned by `schema` (workbench.records; None: any JSON object),
+    a damaged line is skipped, counted in `skipped` and named in one DamagedFileWarning per poll.
+    The offset moves only past complete lines, so a line being written (a partial last line) is
+    read whole on a later poll, and each record is returned exactly once whatever the poll schedule.
+    A line growing past records.MAX_LINE_BYTES without an end is skipped as it streams in."""
 
-    def __init__(self, path: Path):
+    CHUNK_BYTES = 4 << 20
+    """Bytes read at a time; more than MAX_LINE_BYTES, so a chunk without a line end is a long line."""
+    MAX_LINE_BYTES = MAX_LINE_BYTES
+
+    def __init__(self, path: Path, schema: Schema | None = None):
         self.path = Path(path)
+        self.schema = schema or ANY_OBJECT
         self.offset = 0
+        self.line = 0
+        """Complete lines consumed so far (the next line's number is line + 1)."""
+        self.skipped = 0
+        """Damaged lines skipped so far."""
+        self._in_long_line = False  # inside a line already over MAX_LINE_BYTES: skip to its end
 
     def read_new(self) -> list[dict[str, Any]]:
+        records: list[dict[str, Any]] = []
+        damaged: list[tuple[int, str]] = []
         try:
             with open(self.path, "rb") as fh:
-                fh.seek(self.offset)
-                chunk = fh.read()
-        except FileNotFoundError:
-            return []
+                while self._read_chunk(fh, records, damaged):
+                    pass
+        except (FileNotFoundError, NotADirectoryError):
+            return records
+        except OSError as exc:  # a folder in its place, no permission: nothing to read (said once)
+            warn_damaged(self.path, [(0, f"unreadable: {exc.strerror}")], once_key=(str(self.path), exc.errno))
+            return records
+        self.skipped += len(damaged)
+        warn_damaged(self.path, damaged)
+        return records
+
+    def _read_chunk(self, fh: Any, records: list[dict[str, Any]], damaged: list[tuple[int, str]]) -> bool:
+        """Handle the complete lines of the next chunk; returns whether to read on."""
+        fh.seek(self.offset)
+        chunk = fh.read(self.CHUNK_BYTES)
         end = chunk.rfind(b"\n")
-        if end < 0:
-            return []
+        if end < 0:  # no complete line: wait for its end, unless it is already too long to be a record
+            if len(chunk) > self.MAX_LINE_BYTES and not self._in_long_line:
+                self._in_long_line = True
+                damaged.append((self.line + 1, f"a line of more than {self.MAX_LINE_BYTES} bytes"))
+            if not self._in_long_line:
+                return False
+            self.offset += len(chunk)
+            return len(chunk) == self.CHUNK_BYTES
+        lines = chunk[:end].split(b"\n")
+        if self._in_long_line:  # the end of the long line: already reported
+            lines[0] = b""
+            self._in_long_line = False
+        for line in lines:
+            self.line += 1
+            if line.strip(b" \t\r"):  # blank lines are no damage; a run of NULs is
+                record, why = parse_line(line, self.schema, self.MAX_LINE_BYTES)
+                if record is None:
+                    damaged.append((self.line, why))
+                else:
+                    records.append(record)
         self.offset += end + 1
-        body = chunk[:end].strip(b"\n")
-        if not body:
-            return []
-        try:
-            return json.loads(b"[" + body.replace(b"\n", b",") + b"]")
-        except json.JSONDecodeError:
-            return [rec for rec in map(_loads_or_none, body.split(b"\n")) if rec is not None]
-
-
-def _loads_or_none(line: bytes) -> Any:
-    try:
-        return json.loads(line) if line.strip() else None
-    except json.JSONDecodeError:
-        return None
+        return len(chunk) == self.CHUNK_BYTES
 
 
 class MultiTail:
     """Tails for a set of files (e.g. every rank's metrics), discovered as they appear."""
 
-    def __init__(self, folder: Path, pattern: str = "rank*.jsonl"):
+    def __init__(self, folder: Path, pattern: str = "rank*.jsonl", schema: Schema | None = None):
         self.folder = Path(folder)
         self.pattern = pattern
+        self.schema = schema
         self.tails: dict[Path, JsonlTail] = {}
         self.records: list[dict[str, Any]] = []
         self._lock = threading.Lock()  # a dashboard thread and notebook cells may poll together
@@ -96,7 +134,7 @@ class MultiTail:
         with self._lock:
             if self.folder.is_dir():
                 for path in sorted(self.folder.glob(self.pattern)):
-                    self.tails.setdefault(path, JsonlTail(path))
+                    self.tails.setdefault(path, JsonlTail(path, self.schema))
             new = [rec for tail in self.tails.values() for rec in tail.read_new()]
             self.records.extend(new)
             return new
@@ -107,8 +145,9 @@ class MultiTail:
 
 
 class RankFrames:
-    """One growing DataFrame per rank of a folder of rank{R}.jsonl files; a poll reads only what
-    was appended.  When a requeued attempt trains steps again, the newest attempt's rows win."""
+    """One growing DataFrame per rank of a folder of rank{R}.jsonl metrics files (records cleaned by
+    workbench.records.METRIC); a poll reads only what was appended.  When a requeued attempt trains
+    steps again, the newest attempt's rows win."""
 
     def __init__(self, folder: Path):
         self.folder = Path(folder)
@@ -117,6 +156,8 @@ class RankFrames:
         self.records = 0
         self.version = 0
         """Bumped whenever new records arrive."""
+        self.skipped = 0
+        """Damaged lines skipped, every rank (each was named in a DamagedFileWarning)."""
         self._lock = threading.Lock()
 
     def poll(self) -> list[dict[str, Any]]:
@@ -129,14 +170,16 @@ class RankFrames:
 
         if self.folder.is_dir():
             for path in self.folder.glob("rank*.jsonl"):
-                if path.stem[4:].isdigit():
-                    self.tails.setdefault(int(path.stem[4:]), JsonlTail(path))
+                rank = rank_of(path)
+                if rank is not None:
+                    self.tails.setdefault(rank, JsonlTail(path, METRIC))
         new: list[dict[str, Any]] = []
         for rank, tail in sorted(self.tails.items()):
             records = tail.read_new()
             if records:
                 self.frames[rank] = _extend(self.frames.get(rank), pd.DataFrame.from_records(records))
                 new.extend(records)
+        self.skipped = sum(tail.skipped for tail in self.tails.values())
         if new:
             self.records += len(new)
             self.version += 1

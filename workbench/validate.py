@@ -7,13 +7,17 @@ section's own constructor, ``from_dict``, ``from_yaml``, ``replace``, ``with_ove
 
 - bounds of single fields: batch sizes, steps and intervals, lr, ratios, timeouts, cap, bucket size;
 - pairs inside a section: prefetch_factor and persistent_workers need num_workers > 0;
-- formats: launch.time_limit ([D-]HH:MM:SS or minutes), launch.slurm.mem (16G), a non-empty run_root;
+- formats: launch.time_limit ([D-]HH:MM:SS or minutes), launch.slurm.mem (16G), a non-empty run_root
+  without NUL or control characters, launch.name one plain folder name (no / or \\, no leading dot,
+  at most MAX_NAME characters: the run folder stays inside run_root);
 - across sections: a local run uses one node (dist.nodes with launch.executor).
 
 **Target checks** (`target_problems`) depend on the machine the ranks run on: its GPU count (fp16 and
-nccl need CUDA, at most one rank per GPU, xccl/ccl need Intel XPUs) and whether the task's module can
-be imported there.  They run in ``cfg.problems()`` / ``cfg.check()``, which return value and target
-problems together: ``submit`` calls them before starting a job and ``workbench check`` prints them all.
+nccl need CUDA, at most one rank per GPU, xccl/ccl need Intel XPUs), its cores (a local CPU run has at
+most LOCAL_RANKS_PER_CORE ranks per core), whether the task's module can be imported there, and whether
+launch.run_root can be written from here (the run folder is made before anything is submitted).
+They run in ``cfg.problems()`` / ``cfg.check()``, which return value and target problems together:
+``submit`` calls them before starting a job and ``workbench check`` prints them all.
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from workbench.config import JobConfig
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+MAX_NAME = 100
+"""Longest launch.name (a folder name may have 255 bytes; the time stamp is added)."""
 _TIME = re.compile(r"^(?:(\d+)-)?(\d+):(\d{1,2})(?::(\d{1,2}))?$")
 _MEM = re.compile(r"^\d+(\.\d+)?[KMGT]?B?$", re.IGNORECASE)
 
@@ -78,7 +85,8 @@ def target_problems(cfg: JobConfig, gpus: int | None = None) -> list[str]:
     """Problems only the target machine can tell: its GPUs (None: detect) and the task's importability."""
     if gpus is None:
         gpus = target_gpus(cfg)
-    return _task(cfg) + _precision(cfg, gpus) + _backend(cfg, gpus) + _ranks_per_gpu(cfg, gpus)
+    return (_task(cfg) + _precision(cfg, gpus) + _backend(cfg, gpus) + _ranks_per_gpu(cfg, gpus)
+            + _local_ranks_per_core(cfg, gpus) + _run_root_writable(cfg))
 
 
 def target_gpus(cfg: JobConfig) -> int:
@@ -171,7 +179,28 @@ def _time_limit(launch: Any) -> str | None:
 
 
 def _run_root(launch: Any) -> str | None:
-    return None if launch.run_root else "launch.run_root: must name a folder; write e.g. runs"
+    if not launch.run_root.strip():
+        return "launch.run_root: must name a folder; write e.g. runs"
+    if _CONTROL.search(launch.run_root):
+        return (f"launch.run_root: {launch.run_root!r} holds a NUL or control character; "
+                "write a plain path, e.g. runs or /scratch/me/runs")
+    return None
+
+
+def _run_name(launch: Any) -> str | None:
+    """The run folder is <run_root>/<name>-<time>: the name must stay one plain folder name."""
+    name = launch.name
+    if name is None:
+        return None
+    why = ("is empty" if not name.strip() else
+           "holds a NUL or control character" if _CONTROL.search(name) else
+           "holds a path separator (/ or \\), so the run folder would land elsewhere" if "/" in name or "\\" in name
+           else "starts with a dot (a hidden folder, or .. to climb out of run_root)" if name.startswith(".")
+           else f"is longer than {MAX_NAME} characters" if len(name) > MAX_NAME else "")
+    if not why:
+        return None
+    return (f"launch.name: {name[:60]!r} {why}; write one plain folder name, e.g. lr-sweep-1, or leave it empty "
+            "for the task's name (set launch.run_root to choose where runs go)")
 
 
 def _mem(slurm: Any) -> str | None:
@@ -226,7 +255,8 @@ _SECTION_RULES: dict[str, list[Rule]] = {
         _above("dist.straggler_threshold", 0, "0.2 flags ranks 20% slower than the median"),
         _above("dist.stall_after_s", 0, "e.g. 300 (five minutes without a step)"),
     ],
-    "launch": [Rule(("launch.time_limit",), _time_limit), Rule(("launch.run_root",), _run_root)],
+    "launch": [Rule(("launch.time_limit",), _time_limit), Rule(("launch.run_root",), _run_root),
+               Rule(("launch.name",), _run_name)],
     "launch.slurm": [
         Rule(("launch.slurm.mem",), _mem),
         _at_least("launch.slurm.gpus_per_node", 0, "use 0 to run on CPUs"),
@@ -269,6 +299,52 @@ def _ranks_per_gpu(cfg: JobConfig, gpus: int) -> list[str]:
     if gpus and procs > gpus:
         return [f"dist.procs_per_node: {procs} ranks per node but only {gpus} GPU(s) visible; "
                 f"set procs_per_node <= {gpus} (one rank per GPU)"]
+    return []
+
+
+LOCAL_RANKS_PER_CORE = 4
+"""On CPU, a local run may have at most this many ranks per core of the machine."""
+
+
+def _local_ranks_per_core(cfg: JobConfig, gpus: int) -> list[str]:
+    procs = cfg.dist.procs_per_node
+    if cfg.launch.executor != "local" or gpus:
+        return []
+    cores = _cores()
+    if procs <= LOCAL_RANKS_PER_CORE * cores:
+        return []
+    return [f"dist.procs_per_node: {procs} local ranks on a machine with {cores} core(s); set procs_per_node "
+            f"<= {LOCAL_RANKS_PER_CORE * cores} ({LOCAL_RANKS_PER_CORE} per core), or run on SLURM "
+            "(launch.executor: slurm)"]
+
+
+def _cores() -> int:
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))  # the cores this process may use (a cgroup or taskset)
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def _run_root_writable(cfg: JobConfig) -> list[str]:
+    """The run root, or the folder it would be made in, exists as a folder and can be written."""
+    import os
+    from pathlib import Path
+
+    root = Path(cfg.launch.run_root).expanduser()
+    try:
+        existing = next(p for p in (root, *root.absolute().parents) if os.path.lexists(p))
+        is_dir = existing.is_dir()
+        writable = os.access(existing, os.W_OK | os.X_OK)
+    except (OSError, StopIteration) as exc:
+        return [f"launch.run_root: cannot use {str(root)!r} ({exc}); choose a folder you can write, e.g. runs"]
+    if not is_dir:
+        return [f"launch.run_root: {existing} is a file, not a folder; choose a folder, e.g. runs"]
+    if not writable:
+        made = "" if existing == root else f" (where {root} would be made)"
+        return [f"launch.run_root: cannot write to {existing}{made}; choose a folder you can write, "
+                "e.g. runs or a folder under your home"]
     return []
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 
+from workbench.private import make_dirs, open_private
 from workbench.rundir import RunDir
 
 if TYPE_CHECKING:
@@ -81,9 +82,9 @@ def set_rng_state(state: dict[str, Any]) -> None:
 def save_checkpoint(run: RunDir, step: int, state: dict[str, Any], keep: int) -> Path:
     """Atomically write step-N.pt and drop all but the `keep` newest checkpoints."""
     path = run.checkpoint(step)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(path.parent)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as fh:
+    with open_private(tmp, "wb") as fh:  # 0600: a checkpoint is a pickle
         torch.save(state, fh)
         fh.flush()
         os.fsync(fh.fileno())  # on disk before the rename makes it the latest

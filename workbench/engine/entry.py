@@ -7,6 +7,7 @@ requeued and the new attempt resumes from the run's latest checkpoint."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +15,7 @@ import submitit
 
 from workbench.engine.rendezvous import RankContract, attempt
 from workbench.engine.script import FnJob, ScriptJob
+from workbench.private import UMASK
 from workbench.rundir import RunDir
 
 
@@ -28,6 +30,7 @@ class RankEntry(submitit.helpers.Checkpointable):
         from workbench.config import JobConfig
         from workbench.engine.rank import run_rank
 
+        os.umask(UMASK)  # what this rank and submitit write here (its result pickle) is private
         self.contract.export(RunDir(self.run_dir))
         return run_rank(JobConfig.from_dict(self.cfg_data), self.run_dir, self.factory, attempt())
 
@@ -41,6 +44,7 @@ class ScriptEntry(submitit.helpers.Checkpointable):
     def __call__(self) -> int:
         from workbench.engine.script import run_script_rank
 
+        os.umask(UMASK)  # what this rank and submitit write here (its result pickle) is private
         env = self.contract.export(RunDir(self.run_dir))
         return run_script_rank(self.job, self.run_dir, env.rank, attempt())
 
@@ -54,5 +58,6 @@ class FnEntry(submitit.helpers.Checkpointable):
     def __call__(self) -> Any:
         from workbench.engine.script import run_fn_rank
 
+        os.umask(UMASK)  # what this rank and submitit write here (its result pickle) is private
         env = self.contract.export(RunDir(self.run_dir))
         return run_fn_rank(self.job, self.run_dir, env.rank, attempt())

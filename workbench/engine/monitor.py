@@ -20,8 +20,10 @@ import traceback
 from collections.abc import Iterator
 from typing import Any
 
+from workbench.engine.userframes import user_traceback
+from workbench.private import make_dirs, open_private
 from workbench.rankstate import ACTIVE, HEARTBEAT_S, LOST_AFTER_S, lost_message
-from workbench.rundir import RunDir, read_json, write_json_atomic
+from workbench.rundir import RunDir, write_json_atomic
 from workbench.stream import JsonlWriter
 
 PEER_FAILED_EXIT_CODE = 75
@@ -32,6 +34,13 @@ BUSY_CPU_FRACTION = 0.05
 def node_name() -> str:
     """The node this rank runs on: SLURM's node name (several may share a host), else the hostname."""
     return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
+def _clip(text: str, limit: int = 200_000) -> str:
+    """A message or traceback cut to `limit` characters (a tensor's repr can be megabytes)."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit // 2]}\n[... {len(text) - limit} characters cut ...]\n{text[-limit // 2:]}"
 
 
 def _ignore(kind: str, **fields: Any) -> None:
@@ -84,12 +93,12 @@ class RankMonitor:
 
     def fail(self, exc: BaseException) -> None:
         """Record this rank's exception and traceback (error file, event, status)."""
-        text = "".join(traceback.format_exception(exc))
         write_json_atomic(self.run.error(self.rank), {
-            "rank": self.rank, "type": type(exc).__name__, "message": str(exc), "traceback": text,
+            "rank": self.rank, "type": type(exc).__name__, "message": _clip(str(exc)),
+            "traceback": _clip(user_traceback(exc)), "traceback_full": _clip("".join(traceback.format_exception(exc))),
             "time": time.time(), "step": self.step, "host": node_name(), "attempt": self.attempt,
         })
-        self.event("error", type=type(exc).__name__, message=str(exc))
+        self.event("error", type=type(exc).__name__, message=_clip(str(exc), 2000))
         self.set_state("failed")
 
     @contextlib.contextmanager
@@ -151,8 +160,8 @@ class RankMonitor:
         peer = (self.rank + 1) % self.world_size
         if peer == self.rank or self.run.error(peer).exists():
             return
-        data = read_json(self.run.status(peer))
-        silent = (now or time.time()) - float(data.get("time", 0)) if data else 0.0
+        data = self.run.read_status(peer)  # None when absent or damaged: then it proves nothing
+        silent = (now or time.time()) - data["time"] if data else 0.0
         if data and data.get("state") in ACTIVE and silent > self.lost_after_s:
             write_json_atomic(self.run.error(peer), {
                 "rank": peer, "type": "Lost", "traceback": "", "time": time.time(), "step": data.get("step"),
@@ -162,8 +171,8 @@ class RankMonitor:
     def dump_stacks(self) -> None:
         """Every thread's Python stack of this rank, into stacks/rank{R}.txt."""
         path = self.run.stacks(self.rank)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "w") as fh:
+        make_dirs(path.parent)
+        with open_private(path, "w") as fh:
             fh.write(f"# rank {self.rank} pid {os.getpid()} step {self.step} at {time.ctime()}\n")
             fh.flush()
             faulthandler.dump_traceback(fh, all_threads=True)

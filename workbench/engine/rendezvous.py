@@ -72,9 +72,9 @@ def publish_port(path: Path, host: str) -> int:
 def wait_for_port(path: Path, timeout_s: float) -> int:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        found = read_json(path)
-        if found:
-            return int(found["port"])
+        port = (read_json(path) or {}).get("port")
+        if type(port) is int and 0 < port < 65536:  # a damaged file is waited past, like an absent one
+            return port
         time.sleep(0.1)
     raise TimeoutError(f"rank 0 did not publish its rendezvous port in {path} within {timeout_s:.0f} s "
                        "(is the run folder on a filesystem shared by all nodes?)")

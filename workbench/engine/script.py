@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.engine.monitor import RankMonitor
-from workbench.rundir import RunDir, write_bytes_atomic, write_json_atomic
+from workbench.private import write_atomic
+from workbench.rundir import RunDir, write_json_atomic
 
 RUN_DIR_ENV = "WORKBENCH_RUN_DIR"
 _writer: Any = None
@@ -121,7 +122,7 @@ def run_fn_rank(job: FnJob, run_dir: str, rank: int, attempt: int = 0) -> Any:
         finally:
             if dist.is_initialized():
                 dist.destroy_process_group()
-        write_bytes_atomic(RunDir(run_dir).result(rank), cloudpickle.dumps(result))
+        write_atomic(RunDir(run_dir).result(rank), cloudpickle.dumps(result))
     return result
 
 

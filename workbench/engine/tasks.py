@@ -117,14 +117,24 @@ def resolve_factory(name: str) -> Callable[..., Any]:
 def build_task(factory: Callable[..., Any], options: dict[str, Any]) -> Task:
     """Call the factory and check what it returned."""
     made = factory(**options)
+    name = factory_label(factory).strip("<>")
     if isinstance(made, dict):
-        unknown = set(made) - {"model", "train_dataset", "val_dataset", "loss_fn", "metrics"}
-        if unknown:
-            raise TypeError(f"task factory returned unknown keys {sorted(unknown)}")
+        keys = {"model", "train_dataset", "val_dataset", "loss_fn", "metrics"}
+        unknown = sorted(map(str, set(made) - keys))
+        missing = sorted({"model", "train_dataset", "loss_fn"} - set(made))
+        if unknown or missing:
+            raise TypeError(f"task factory {name} returned a dict with {_keys(unknown, 'unknown')}"
+                            f"{' and ' if unknown and missing else ''}{_keys(missing, 'missing')}; "
+                            f"its keys are {', '.join(sorted(keys))}")
         made = Task(**made)
     if not isinstance(made, Task):
-        raise TypeError(f"task factory must return workbench.Task or a dict, got {type(made).__name__}")
+        raise TypeError(f"task factory {name} returned {type(made).__name__}; return "
+                        "workbench.Task(model=..., train_dataset=..., loss_fn=...) or a dict with those keys")
     return made
+
+
+def _keys(keys: list[str], what: str) -> str:
+    return f"{what} keys {', '.join(keys)}" if keys else ""
 
 
 def factory_label(factory: Callable[..., Any]) -> str:

@@ -12,7 +12,7 @@ import os
 import sys
 
 from workbench.config import JobConfig
-from workbench.rundir import RunDir, default_run_dir
+from workbench.rundir import RunDir, default_run_dir, safe_name
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     if run_id == "none" and not args.run_dir:
         parser.error("every rank must write to the same run folder: give --run-dir DIR, or run torchrun "
                      "with --standalone (or --rdzv-id) so the run id names a fresh folder")
-    run_dir = args.run_dir or str(default_run_dir(cfg, suffix=f"torchrun-{run_id}"))
+    run_dir = args.run_dir or str(default_run_dir(cfg, suffix=safe_name(f"torchrun-{run_id}")))
     if os.environ.get("RANK", "0") == "0":
         RunDir(run_dir).prepare(cfg, executor="torchrun")
     from workbench.engine.rank import run_rank

@@ -23,6 +23,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from workbench.config import JobConfig
+from workbench.configtypes import ConfigError
 from workbench.engine.checkpoint import checkpoint_writer, gather_rng_states, load_latest, set_rng_state
 from workbench.engine.commtiming import attach as attach_comm_timer
 from workbench.engine.data import eval_loader, resumable_sampler, start_epoch, to_device, train_loader
@@ -57,7 +58,7 @@ class Trainer:
                                        device) if task.val_dataset is not None else None)
         self.steps_per_epoch = len(self.loader) // self.accum  # micro-batches per epoch / accum
         if self.steps_per_epoch < 1:
-            raise ValueError(_too_small_message(cfg, env.world_size, len(task.train_dataset)))
+            raise ConfigError([_too_small_message(cfg, env.world_size, len(task.train_dataset))])
         self.total_steps = min(t.max_steps or 10**12, t.epochs * self.steps_per_epoch)
         self.scale = scaled(cfg, env.world_size)
         self.optimizer = build_optimizer(self.model, t, self.scale.lr)

@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workbench.config import JobConfig
+from workbench.configtypes import ConfigError, shown
 from workbench.launch.status import RunStatus, run_status
 from workbench.rankstate import LOST_AFTER_S, lost_message
-from workbench.rundir import RunDir, read_json, write_json_atomic
+from workbench.records import EVENT, warn_damaged
+from workbench.rundir import RunDir, write_json_atomic
 from workbench.runevents import EventSummary
 from workbench.stream import MultiTail, RankFrames
 
@@ -21,8 +23,22 @@ if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
 
+STACKS_MAX_BYTES = 1 << 20
+"""The most of a rank's stack dump that is read (its end)."""
 # After a rank failed, give the others this long to stop themselves before the job is cancelled.
 STOP_GRACE_S = 10.0
+
+
+MAX_WORLD_SIZE = 1 << 16
+"""The most ranks a run folder is read for (a damaged run.json must not make a reader loop for ever)."""
+
+
+class RunFolderError(ConfigError, FileNotFoundError):
+    """A path given as a run folder is not one (missing, or without a readable run.json).  A
+    ConfigError whose message is one line naming the folder and the fix; also a FileNotFoundError."""
+
+    def __init__(self, message: str):
+        ConfigError.__init__(self, [message])
 
 
 class RunFailed(RuntimeError):
@@ -57,18 +73,24 @@ class Run:
         self.job = job
         self.metric_frames = RankFrames(self.dir.folder("metrics"))
         """The one incremental reader of every rank's metrics (shared with the dashboard)."""
-        self._events = MultiTail(self.dir.folder("events"))
+        self._events = MultiTail(self.dir.folder("events"), schema=EVENT)
         self._summary = EventSummary()
         self._stragglers: tuple[int, pd.DataFrame] | None = None
         self._failed_at: float | None = None
+        self._config_for_views: JobConfig | None = None
 
     @classmethod
     def load(cls, run_dir: str | Path) -> Run:
         """Reattach to a run folder (after a kernel restart): SLURM jobs are followed again."""
         run = RunDir(Path(run_dir))
-        meta = read_json(run.meta)
+        if not run.root.is_dir():
+            what = "not a folder" if run.root.exists() else "no such folder"
+            raise RunFolderError(f"{shown(run_dir)}: {what}; give the run folder `workbench run` printed")
+        meta = run.read_meta()
         if meta is None:
-            raise FileNotFoundError(f"{run_dir} is not a workbench run folder (no run.json)")
+            why = "its run.json is damaged" if run.meta.exists() else "no run.json"
+            raise RunFolderError(f"{shown(run_dir)}: not a workbench run folder ({why}); give the folder a run "
+                                 "printed, e.g. runs/quickstart-20250101-120000-000")
         return cls(run.root, _reattach_job(meta, run))
 
     @property
@@ -77,7 +99,7 @@ class Run:
 
     @property
     def meta(self) -> dict[str, Any]:
-        return read_json(self.dir.meta, {}) or {}
+        return self.dir.read_meta() or {}
 
     @functools.cached_property
     def config(self) -> JobConfig:
@@ -86,8 +108,13 @@ class Run:
 
     @functools.cached_property
     def world_size(self) -> int:
-        """Fixed for the life of a handle (read once from run.json, not on every poll)."""
-        return int(self.meta.get("world_size", 1))
+        """Fixed for the life of a handle (read once from run.json, not on every poll); a damaged
+        run.json gives the ranks that left files."""
+        world = self.meta.get("world_size")
+        if isinstance(world, int) and 1 <= world <= MAX_WORLD_SIZE:
+            return world
+        found = [r for kind in ("status", "metrics", "errors") for r in self.dir.ranks_with(kind)]
+        return min(max(found, default=0) + 1, MAX_WORLD_SIZE)
 
     def __repr__(self) -> str:
         return f"Run({str(self.folder)!r}, {self.status().state})"
@@ -160,8 +187,7 @@ class Run:
         parts = []
         for suffix in ({"out": ["out"], "err": ["err"]}.get(stream, ["out", "err"])):
             for path in self.dir.log_files(rank, suffix):
-                text = path.read_text(errors="replace")
-                parts.append(text[-tail_bytes:] if tail_bytes else text)
+                parts.append(_read_text(path, tail_bytes))  # a log of gigabytes costs only its tail
         return "".join(parts)
 
     def result(self) -> dict[str, Any]:
@@ -169,7 +195,7 @@ class Run:
         status = self.status()
         if status.state == "failed":
             raise RunFailed(self.exception(), self.folder)
-        summary = read_json(self.dir.summary)
+        summary = self.dir.read_summary()
         if summary is None:
             raise RuntimeError(f"run {self.folder} is {status.state}: no summary yet")
         return summary
@@ -193,9 +219,7 @@ class Run:
     def exception(self, status: RunStatus | None = None) -> RankFailure | None:
         """The first failure: the earliest rank error, or a rank that ended without a word (lost,
         dated by its last heartbeat), whichever came first."""
-        errors = [e for e in map(read_json, self.dir.rank_files("errors").values()) if isinstance(e, dict)]
-        failures = [(float(e.get("time", 0)), RankFailure(e["rank"], e["type"], e["message"], e["traceback"],
-                                                           e.get("host", ""))) for e in errors]
+        failures = [(e.get("time", 0.0), _failure(rank, e)) for rank, e in self._errors().items()]
         reported = {f.rank for _, f in failures}
         for r in (status or self.status()).ranks:
             if r.state == "lost" and r.rank not in reported:
@@ -205,6 +229,14 @@ class Run:
                                       r.host)
                 failures.append((time.time() - (r.heartbeat_age_s or 0.0), failure))
         return min(failures, key=lambda item: item[0])[1] if failures else None
+
+    def _errors(self) -> dict[int, dict[str, Any]]:
+        """rank -> its error record; a damaged error file still says the rank failed."""
+        found = {}
+        for rank, path in self.dir.rank_files("errors").items():
+            found[rank] = self.dir.read_error(rank) or {
+                "type": "UnknownError", "message": f"its error file {path} is damaged (see the warning above)"}
+        return found
 
     def health(self, status: RunStatus | None = None) -> dict[str, Any]:
         """What the ranks' own checks said (parameters in sync at the last check, data shards,
@@ -224,13 +256,13 @@ class Run:
         self.metric_frames.poll()
         version = self.metric_frames.version
         if self._stragglers is None or self._stragglers[0] != version:
-            found = stragglers(self.metric_frames.frame(), self.config.dist.straggler_threshold)
+            found = stragglers(self.metric_frames.frame(), self._settings().dist.straggler_threshold)
             self._stragglers = (version, found)
         return self._stragglers[1]
 
     def stacks(self) -> dict[int, str]:
         """Python stack dumps of ranks that stalled (rank -> text), written by the ranks themselves."""
-        return {r: self.dir.stacks(r).read_text(errors="replace") for r in range(self.world_size)
+        return {r: _read_text(self.dir.stacks(r), STACKS_MAX_BYTES) for r in range(self.world_size)
                 if self.dir.stacks(r).exists()}
 
     def plot(self, **kwargs: Any) -> Figure:
@@ -249,7 +281,39 @@ class Run:
         what would help; workbench.analysis.format_report(run.report()) prints it."""
         from workbench.analysis import report
 
-        return report(self.metrics(), self.config, self.stragglers(), self.event_summary().check_counts())
+        return report(self.metrics(), self._settings(), self.stragglers(), self.event_summary().check_counts())
+
+    def _settings(self) -> JobConfig:
+        """The run's config for the views (stragglers, report); the defaults, with a warning, when
+        the snapshot is damaged, so that the status, health and dashboard still show."""
+        if self._config_for_views is None:
+            try:
+                self._config_for_views = self.config
+            except ConfigError as exc:
+                warn_damaged(self.dir.config, [(0, str(exc).splitlines()[-1][:200])])
+                self._config_for_views = JobConfig()
+        return self._config_for_views
+
+
+def _read_text(path: Path, tail_bytes: int | None = None) -> str:
+    """A text file (its last `tail_bytes` only, when given), undecodable bytes replaced; "" if unreadable."""
+    try:
+        with open(path, "rb") as fh:
+            if tail_bytes:
+                fh.seek(max(0, os.fstat(fh.fileno()).st_size - tail_bytes))
+            return fh.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _failure(rank: int, e: dict[str, Any]) -> RankFailure:
+    """A rank's failure from its error record; the traceback shows the user's frames unless
+    WORKBENCH_TRACEBACK=full asks for every frame."""
+    text = e.get("traceback", "")
+    if os.environ.get("WORKBENCH_TRACEBACK") == "full":
+        text = e.get("traceback_full", text)
+    return RankFailure(e.get("rank", rank), e.get("type", "UnknownError"), e.get("message", ""), text,
+                       e.get("host", ""))
 
 
 def _job_state(job: Any) -> str:
@@ -262,14 +326,15 @@ def _job_state(job: Any) -> str:
 
 
 def _reattach_job(meta: dict[str, Any], run: RunDir) -> Any:
-    job_id = meta.get("job_id")
-    if not job_id:
-        return None
+    job_id = str(meta.get("job_id") or "")
+    if not job_id or not job_id.replace("_", "").isascii() or not job_id.replace("_", "").isdigit():
+        return None  # absent, or not a job id a scheduler gave (a damaged or edited run.json)
+    world = meta.get("world_size", 1)
     if meta.get("executor") == "slurm":
         import submitit
 
-        return submitit.SlurmJob(folder=run.logs, job_id=str(job_id), tasks=tuple(range(meta.get("world_size", 1))))
-    if meta.get("executor") == "local":
+        return submitit.SlurmJob(folder=run.logs, job_id=job_id, tasks=tuple(range(min(world, MAX_WORLD_SIZE))))
+    if meta.get("executor") == "local" and job_id.isdigit():
         return _LocalPid(int(job_id))
     return None
 

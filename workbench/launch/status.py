@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 from workbench.rankstate import ACTIVE, liveness
-from workbench.rundir import RunDir, read_json
+from workbench.rundir import RunDir
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -107,20 +107,20 @@ def rank_statuses(run: RunDir, world_size: int, job_done: bool, logged: dict[int
     logged = logged or {}
     out = []
     for rank in range(world_size):
-        data = read_json(run.status(rank))
-        if not isinstance(data, dict):
+        data = run.read_status(rank)  # state and time are there, every field has its type
+        if data is None:
             out.append(RankStatus(rank, "pending", logged.get(rank, 0)))
             continue
-        age = now - float(data.get("time", now))
-        state = data.get("state", "running")
+        age = now - data["time"]
+        state = data["state"]
         live = liveness(state, age)
         if state in ACTIVE and (job_done or live == "lost"):
             state = "lost"  # never said how it ended: killed, out of memory, or frozen past LOST_AFTER_S
-        step = max(int(data.get("step", 0)), logged.get(rank, 0))
+        step = max(data.get("step", 0), logged.get(rank, 0))
         out.append(RankStatus(rank, state, step, round(age, 2), data.get("host", ""), data.get("pid"),
-                              int(data.get("attempt", 0)), live == "silent",
+                              data.get("attempt", 0), live == "silent",
                               bool(data.get("stalled")) and state == "running", data.get("in_sync"),
-                              int(data.get("output_lines", 0) or 0)))
+                              data.get("output_lines", 0)))
     return out
 
 
@@ -129,7 +129,7 @@ def overall_state(run: RunDir, ranks: list[RankStatus], job_done: bool, cancelle
         return "cancelled"
     if run.ranks_with("errors") or any(r.state == "failed" for r in ranks):
         return "failed"
-    if read_json(run.summary):  # every rank trained to the end together; a late "lost" is moot
+    if run.read_summary():  # every rank trained to the end together; a late "lost" is moot
         return "finished"
     if any(r.state == "lost" for r in ranks):
         return "failed"

@@ -5,6 +5,8 @@ Both go through one pipeline (`_start`), so both get the same checks, run folder
 
 from __future__ import annotations
 
+import errno
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,8 @@ from workbench.engine.script import FnJob, ScriptJob
 from workbench.engine.tasks import factory_label
 from workbench.launch.executors import make_executor
 from workbench.launch.run import Run
-from workbench.rundir import RunDir, default_run_dir
+from workbench.private import private_umask
+from workbench.rundir import RunDir, default_run_dir, safe_name
 
 
 def submit(cfg: JobConfig, task: Callable[..., Any] | None = None, run_dir: str | Path | None = None) -> Run:
@@ -55,7 +58,7 @@ def submit_script(script: str | Path | None = None, args: list[str] | None = Non
     cfg = (cfg or JobConfig()).replace(task__name=f"<script {name}>",
                                        **({"dist__procs_per_node": nproc} if nproc else {}))
     if not cfg.launch.name:
-        cfg = cfg.replace(launch__name=name)
+        cfg = cfg.replace(launch__name=safe_name(name))
     job = ScriptJob(target, tuple(args or ()), module is not None, cfg.dist.threads_per_rank, cfg.dist.stall_after_s,
                     str(workdir), dict(env or {}))
     return _start(cfg, run_dir, lambda run, contract: ScriptEntry(job, str(run.root), contract),
@@ -71,7 +74,7 @@ def submit_fn(fn: Callable[..., Any], *args: Any, cfg: JobConfig | None = None, 
     rank's return value in rank order; an exception on any rank fails the run with its traceback."""
     cfg = cfg or JobConfig()
     name = getattr(fn, "__name__", "fn").strip("<>") or "fn"
-    cfg = cfg.replace(task__name=f"<function {name}>", **({} if cfg.launch.name else {"launch__name": name}))
+    cfg = cfg.replace(task__name=f"<function {name}>", **({} if cfg.launch.name else {"launch__name": safe_name(name)}))
     d = cfg.dist
     job = FnJob(fn, tuple(args), dict(kwargs), d.backend, float(d.timeout_s), d.threads_per_rank, d.stall_after_s)
     return _start(cfg, run_dir, lambda run, contract: FnEntry(job, str(run.root), contract), function=job.label)
@@ -91,8 +94,32 @@ def check_before_submit(cfg: JobConfig) -> None:
 def _start(cfg: JobConfig, run_dir: str | Path | None, entry: Callable[[RunDir, RankContract], Any],
            **facts: Any) -> Run:
     check_before_submit(cfg)
-    run = RunDir(Path(run_dir or default_run_dir(cfg))).prepare(cfg, cfg.launch.executor, **facts)
-    executor, contract = make_executor(cfg, run)
-    job = executor.submit(entry(run, contract))
+    run = _prepare(RunDir(Path(run_dir or default_run_dir(cfg))), cfg, facts)
+    with private_umask():  # submitit's pickles and logs, and every process it starts, stay private
+        executor, contract = make_executor(cfg, run)
+        job = executor.submit(entry(run, contract))
     run.record_job(job.job_id)
     return Run(run.root, job)
+
+
+def _prepare(run: RunDir, cfg: JobConfig, facts: dict[str, Any]) -> RunDir:
+    """Make the run folder; a full disk or a folder we may not write is one ConfigError line (and
+    a folder made for this run is removed again)."""
+    existed = run.root.exists()
+    try:
+        return run.prepare(cfg, cfg.launch.executor, **facts)
+    except OSError as exc:
+        if not existed:
+            shutil.rmtree(run.root, ignore_errors=True)
+        fix = _FIXES.get(exc.errno or 0, "check the path, or set launch.run_root to another folder")
+        raise ConfigError([f"launch.run_root: cannot make the run folder {run.root} ({exc.strerror or exc}); "
+                           f"{fix}"]) from None
+
+
+_FIXES = {
+    errno.ENOSPC: "free some space, or set launch.run_root to a folder on another disk",
+    errno.EDQUOT: "your disk quota is used up: free some space, or set launch.run_root elsewhere",
+    errno.EACCES: "set launch.run_root to a folder you can write",
+    errno.EPERM: "set launch.run_root to a folder you can write",
+    errno.EROFS: "the disk is read-only: set launch.run_root to a folder you can write",
+}

@@ -123,12 +123,12 @@ def from_widget(spec: FieldSpec, raw: Any) -> tuple[Any, str | None]:
 
 
 def _parse_yaml(spec: FieldSpec, text: str) -> tuple[Any, str | None]:
-    import yaml
+    from workbench.configyaml import YamlProblem
 
     try:
         return yaml_load(text), None  # the config loader: 1:30:00 stays text, 5e-5 is a number
-    except yaml.YAMLError as exc:
-        why = str(exc).splitlines()[0]
+    except YamlProblem as exc:
+        why = str(exc)
         example = "{momentum: 0.9}" if spec.container is dict else '["module load cuda"]'
         return None, f"{spec.path}: not valid YAML or JSON ({why}); write e.g. {example}"
 
