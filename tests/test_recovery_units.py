@@ -88,3 +88,23 @@ def test_bad_world_sizes_name_the_option(tmp_path, capsys, bad):
     JobConfig().to_yaml(path)
     assert main(["table", str(path), "--world-sizes", bad]) == 2
     assert "--world-sizes" in capsys.readouterr().err
+
+
+class _Payload:
+    """What a hostile checkpoint would hold: unpickling it runs a command."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_checkpoint_that_would_run_code_is_refused_not_run(tmp_path):
+    run = RunDir(tmp_path / "run").create()
+    marker = tmp_path / "it-ran"
+    torch.save({"step": 3, "model": _Payload(str(marker))}, run.checkpoint(3))
+    assert load_latest(run) is None  # skipped as unreadable: torch.load(weights_only=True) refuses it
+    assert not marker.exists()

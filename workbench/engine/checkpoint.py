@@ -62,7 +62,9 @@ def rng_state() -> dict[str, Any]:
     try:
         import numpy as np
 
-        state["numpy"] = np.random.get_state()
+        name, keys, pos, has_gauss, gauss = np.random.get_state()  # plain values: loads with weights_only
+        state["numpy"] = (str(name), torch.from_numpy(np.asarray(keys, dtype=np.int64)), int(pos), int(has_gauss),
+                          float(gauss))
     except ImportError:
         pass
     return state
@@ -76,7 +78,8 @@ def set_rng_state(state: dict[str, Any]) -> None:
     if "numpy" in state:
         import numpy as np
 
-        np.random.set_state(state["numpy"])
+        name, keys, pos, has_gauss, gauss = state["numpy"]
+        np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
 
 
 def save_checkpoint(run: RunDir, step: int, state: dict[str, Any], keep: int) -> Path:
@@ -112,5 +115,6 @@ def load_latest(run: RunDir) -> tuple[Path, dict[str, Any]] | None:
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
-    # weights_only=False: the file holds RNG states and the config, and was written by this run.
-    return torch.load(path, map_location="cpu", weights_only=False)
+    # weights_only: a checkpoint holds tensors and plain values only, so one from someone else's run
+    # folder cannot run code when it is loaded (torch refuses anything else).
+    return torch.load(path, map_location="cpu", weights_only=True)
