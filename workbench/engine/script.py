@@ -111,18 +111,18 @@ def run_fn_rank(job: FnJob, run_dir: str, rank: int, attempt: int = 0) -> Any:
     from workbench.engine.env import DistEnv, pick_device_and_backend
 
     env = DistEnv.from_environ()
-    with user_code(run_dir, rank, attempt, job.threads_per_rank, job.stall_after_s, job.label):
-        try:
+    try:
+        with user_code(run_dir, rank, attempt, job.threads_per_rank, job.stall_after_s, job.label):
             device, backend = pick_device_and_backend(env.local_rank, job.backend)
             if device.startswith("cuda"):
                 torch.cuda.set_device(device)
             dist.init_process_group(backend, rank=env.rank, world_size=env.world_size,
                                     timeout=timedelta(seconds=job.timeout_s))
             result = job.fn(*job.args, **job.kwargs)
-        finally:
-            if dist.is_initialized():
-                dist.destroy_process_group()
-        write_atomic(RunDir(run_dir).result(rank), cloudpickle.dumps(result))
+            write_atomic(RunDir(run_dir).result(rank), cloudpickle.dumps(result))
+    finally:  # after the failure is recorded: tearing the group down makes the peers fail too
+        if dist.is_initialized():
+            dist.destroy_process_group()
     return result
 
 
