@@ -273,7 +273,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
     run = Run.load(args.run_dir)
     status = run.status()
-    print(f"run {run.folder}: {status}")
+    print(f"run {run.folder}: {status.progress_line()}")
     print(status.frame().to_string(index=False))
     frame = run.metrics()
     if len(frame):

@@ -12,8 +12,14 @@ from typing import Any
 
 import submitit
 
+from workbench.engine.monitor import announce_starting
 from workbench.engine.rendezvous import RankContract, attempt
 from workbench.rundir import RunDir
+
+
+def _announce(run_dir: str) -> None:
+    """Write this rank's "starting" status before anything slow (torch, the rendezvous)."""
+    announce_starting(RunDir(run_dir), submitit.JobEnvironment().global_rank, attempt())
 
 
 class RankEntry(submitit.helpers.Checkpointable):
@@ -24,6 +30,7 @@ class RankEntry(submitit.helpers.Checkpointable):
         self.cfg_data, self.run_dir, self.contract, self.factory = cfg_data, run_dir, contract, factory
 
     def __call__(self) -> dict[str, Any]:
+        _announce(self.run_dir)
         from workbench.config import JobConfig
         from workbench.engine.rank import run_rank
 
@@ -38,6 +45,7 @@ class ScriptEntry(submitit.helpers.Checkpointable):
         self.script, self.args, self.run_dir, self.contract = script, list(args), run_dir, contract
 
     def __call__(self) -> int:
+        _announce(self.run_dir)
         from workbench.engine.script import run_script_rank
 
         env = self.contract.export(RunDir(self.run_dir))

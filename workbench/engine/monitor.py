@@ -36,6 +36,14 @@ def _ignore(kind: str, **fields: Any) -> None:
     return None
 
 
+def announce_starting(run: RunDir, rank: int, attempt: int = 0) -> None:
+    """Say "starting" as soon as the rank's process runs, before it imports torch and meets the
+    others (seconds): readers stop calling it pending.  RankMonitor's heartbeat takes over; a rank
+    that dies before then is seen as lost by the usual liveness rule."""
+    write_json_atomic(run.status(rank), {"rank": rank, "state": "starting", "step": 0, "time": time.time(),
+                                         "pid": os.getpid(), "host": node_name(), "attempt": attempt})
+
+
 class RankMonitor:
     def __init__(self, run: RunDir, rank: int, world_size: int, attempt: int = 0, heartbeat_s: float = HEARTBEAT_S,
                  stall_after_s: float = 300.0):

@@ -145,9 +145,28 @@ class Run:
     # --- results ---------------------------------------------------------------------------------
     def metrics(self, max_points: int | None = None) -> pd.DataFrame:
         """Every logged step of every rank (rank, step, loss, loss_reduced, lr, step_time_s, ...),
-        read incrementally.  After a requeue, steps trained again keep the newest attempt's row."""
+        read incrementally.  After a requeue, steps trained again keep the newest attempt's row.
+        `time` stays Unix seconds; `wall_time` is it as a datetime (UTC), `elapsed_s` the seconds
+        since the run folder was made and `samples` the samples seen (step x effective batch)."""
+        from workbench.metricview import add_derived
+
         self.metric_frames.poll()
-        return self.metric_frames.frame(max_points)
+        meta = self.meta
+        return add_derived(self.metric_frames.frame(max_points), meta.get("created"), self.samples_per_step())
+
+    def samples_per_step(self) -> int | None:
+        """The effective batch: rank 0's start event says it, else the config (None in script mode
+        without one)."""
+        start = self.event_summary().start or {}
+        if start.get("effective_batch"):
+            return int(start["effective_batch"])
+        if self.meta.get("script"):
+            return None  # a script's batches are its own business
+        try:
+            t = self.config.train
+        except (OSError, ValueError):
+            return None
+        return t.micro_batch_size * t.grad_accum_steps * self.world_size
 
     def events(self) -> pd.DataFrame:
         from workbench.stream import to_frame

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as w
 
 from workbench.ui.render import LivePlot
-from workbench.ui.state import DashboardState, format_eta, read_state
+from workbench.ui.state import DashboardState, read_state
 
 if TYPE_CHECKING:
     from workbench.launch.run import Run
@@ -168,10 +168,9 @@ class Dashboard:
 
 
 def progress_text(state: DashboardState) -> str:
-    total = f"/{state.total_steps}" if state.total_steps else ""
-    rate = f" · {state.steps_per_s:.2f} steps/s" if state.steps_per_s else ""
-    eta = "" if state.done else f" · {format_eta(state.eta_s)}"
-    return f"<span><b>{html.escape(state.state)}</b> · step {state.step}{total}{rate}{eta}</span>"
+    """The status's own progress line (the one `workbench show` prints), state in bold."""
+    head, _, rest = state.line.partition(" · ")
+    return f"<span class='wb-progress'><b>{html.escape(head)}</b> · {html.escape(rest)}</span>"
 
 
 def badges_html(state: DashboardState) -> str:

@@ -8,13 +8,12 @@ has reached, progress, rate and ETA: workbench.launch.status), its one metrics r
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from workbench.launch.status import RunStatus
+from workbench.launch.status import RunStatus, format_eta  # noqa: F401 - format_eta: re-exported
 
 if TYPE_CHECKING:
     from workbench.launch.run import RankFailure, Run
@@ -62,6 +61,8 @@ class DashboardState:
     """Run.health(): in sync, stragglers, stalled ranks, warnings."""
     stacks: dict[int, str] = field(default_factory=dict)
     """Stack dumps of stalled ranks (rank -> text)."""
+    line: str = ""
+    """RunStatus.progress_line(): state, step, progress, rate, ETA, as `workbench show` prints them."""
 
 
 # --- the state -------------------------------------------------------------------------------------
@@ -75,7 +76,7 @@ def dashboard_state(status: RunStatus, failure: RankFailure | None = None, job_d
         status.state, status.done and job_done, status.step, status.total_steps, status.progress, status.eta_s,
         status.steps_per_s, badges, failure_text(failure) if failed else "",
         failure.rank if failure is not None and failed else None,
-        frame if frame is not None else pd.DataFrame(), records)
+        frame if frame is not None else pd.DataFrame(), records, line=status.progress_line())
 
 
 def failure_text(failure: RankFailure | None) -> str:
@@ -95,9 +96,3 @@ def read_state(run: Run, max_points: int) -> DashboardState:
     return state
 
 
-def format_eta(seconds: float | None) -> str:
-    if seconds is None or not math.isfinite(seconds):
-        return "ETA unknown"
-    seconds = int(round(seconds))
-    hours, rest = divmod(seconds, 3600)
-    return f"ETA {hours}:{rest // 60:02d}:{rest % 60:02d}"
