@@ -51,7 +51,7 @@ def test_form_has_a_widget_with_its_doc_for_every_field_grouped_by_section():
     for path, row in form.rows.items():
         assert row.widget.tooltip == docs[path] and docs[path], path
     assert set(form.accordion.titles) >= {"task", "train", "train.early_stopping", "launch", "launch.slurm"}
-    kinds = {"train.optimizer": w.Dropdown, "data.pin_memory": w.Checkbox, "train.micro_batch_size": w.IntText,
+    kinds = {"train.optimizer": w.Dropdown, "data.pin_memory": w.Checkbox, "train.micro_batch_size": w.Text,
              "train.lr": w.Text, "train.max_steps": w.Text, "train.optimizer_kwargs": w.Text,
              "launch.slurm.setup": w.Text}
     for path, kind in kinds.items():
@@ -84,7 +84,7 @@ def test_editing_widgets_changes_the_config_and_tells_observers():
     form = ConfigForm()
     seen = []
     form.observe(seen.append)
-    edits = {"train.lr": "5e-5", "train.micro_batch_size": 8, "train.optimizer": "sgd", "train.max_steps": "100",
+    edits = {"train.lr": "5e-5", "train.micro_batch_size": "8", "train.optimizer": "sgd", "train.max_steps": "100",
              "train.optimizer_kwargs": "{momentum: 0.9}", "data.pin_memory": True,
              "launch.time_limit": "1:30:00", "launch.slurm.setup": '["module load cuda"]'}
     for path, value in edits.items():
@@ -102,7 +102,7 @@ def test_editing_widgets_changes_the_config_and_tells_observers():
 @pytest.mark.timeout(60)
 def test_invalid_values_show_the_python_validation_messages_and_mark_the_fields():
     form = ConfigForm()
-    form.widget_for("train.micro_batch_size").value = 0
+    form.widget_for("train.micro_batch_size").value = "0"
     form.widget_for("train.lr").value = "-1"
     expected = pytest.raises(ConfigError, JobConfig.from_dict, {"train": {"micro_batch_size": 0, "lr": -1}}).value.problems
     assert len(expected) == 2 and form.problems == expected
@@ -117,7 +117,7 @@ def test_invalid_values_show_the_python_validation_messages_and_mark_the_fields(
     assert not form.widget_for("train.epochs").layout.border and not form.rows["train.epochs"].mark.value
     assert any("❌" in title for title in form.accordion.titles if title.startswith("train "))
 
-    form.widget_for("train.micro_batch_size").value = 4
+    form.widget_for("train.micro_batch_size").value = "4"
     form.widget_for("train.lr").value = "abc"  # a type error: from_dict's own message
     with pytest.raises(ConfigError) as typed:
         JobConfig.from_dict({"train": {"lr": "abc"}})
@@ -130,7 +130,7 @@ def test_invalid_values_show_the_python_validation_messages_and_mark_the_fields(
 def test_yaml_save_and_load_round_trip_through_the_form_and_its_buttons(tmp_path):
     form = ConfigForm()
     form.widget_for("train.lr").value = "3e-4"
-    form.widget_for("dist.procs_per_node").value = 4
+    form.widget_for("dist.procs_per_node").value = "4"
     form.widget_for("launch.slurm.sbatch_options").value = "{reservation: xyz}"
     path = tmp_path / "job.yaml"
     form.save_yaml(path)
@@ -161,12 +161,12 @@ def test_scaling_table_follows_the_form_and_highlights_the_config_world_size():
     view = ScalingView(form)
     assert view.frame.loc[view.frame["selected"], "world_size"].tolist() == [2]
     before = view.frame.copy()
-    form.widget_for("dist.procs_per_node").value = 4
+    form.widget_for("dist.procs_per_node").value = "4"
     assert view.frame.loc[view.frame["selected"], "world_size"].tolist() == [4]
     assert not view.frame.equals(before)
     selected_row = view.table.value.split('class="wb-selected"')[1].split("</tr>")[0]
     assert ">4</td>" in selected_row.split("<td")[1] + "</td>"
-    form.widget_for("train.micro_batch_size").value = 8
+    form.widget_for("train.micro_batch_size").value = "8"
     assert view.frame["effective_batch"].tolist() == [8, 16, 32, 64]
 
     view.world_sizes.value = "1, 3"
@@ -284,7 +284,7 @@ def test_workbench_shows_submit_problems_in_the_form_instead_of_raising(tmp_path
     app.executor.value = "slurm"
     assert app.form.widget_for("launch.executor").value == "slurm"
     app.executor.value = "local"
-    app.form.widget_for("train.micro_batch_size").value = 0
+    app.form.widget_for("train.micro_batch_size").value = "0"
     assert app.submit() is None and app.run is None and app.run_box.children == ()
     assert "train.micro_batch_size: must be a positive whole number" in app.form.problems_html.value
     assert "not submitted" in app.status.value
