@@ -122,3 +122,105 @@ def test_ema_band_and_outliers():
     found = band(frame, "loss")
     assert found.outliers == [11] and len(found.x) == 100
     assert (found.low <= found.median).all() and (found.median <= found.high).all()
+
+
+# --- plots ---------------------------------------------------------------------------------------
+def sixteen_ranks(steps: int = 600, ranks: int = 16) -> pd.DataFrame:
+    step = np.tile(np.arange(1, steps + 1), ranks)
+    rank = np.repeat(np.arange(ranks), steps)
+    loss = 0.3 + 2.2 * np.exp(-step / 200) + 0.05 * np.sin(step * 12.9 + rank * 78.2) + 1.5 * (rank == 13)
+    return pd.DataFrame({"rank": rank, "step": step, "time": 1e9 + 0.1 * step, "loss": loss,
+                         "loss_reduced": 0.3 + 2.2 * np.exp(-step / 200), "lr": 1e-3, "step_time_s": 0.1,
+                         "samples_per_s": 320.0, "mem_mb": 800.0 + rank, "samples": step * 256,
+                         "elapsed_s": 0.1 * step})
+
+
+def test_many_ranks_draw_a_median_band_and_the_outlier_not_one_line_each():
+    from workbench.plots import plot_run, rank_colour
+
+    fig = plot_run(sixteen_ranks(), x="samples")
+    loss_ax = fig.axes[0]
+    labels = [line.get_label() for line in loss_ax.lines]
+    assert labels == ["median", "rank 13", "reduced (all ranks)"]
+    assert [c.get_label() for c in loss_ax.collections] == ["min-max of 16 ranks"]
+    assert loss_ax.lines[1].get_color() == rank_colour(13) and loss_ax.get_xlabel() == "samples seen"
+    assert loss_ax.lines[0].get_xdata().max() == 600 * 256
+    titles = [ax.get_title(loc="left") for ax in fig.axes]
+    assert "peak memory (MiB)" in titles and "learning rate" in titles and titles[1].startswith("validation")
+    few = plot_run(sixteen_ranks(ranks=3), ranks=(0, 2))
+    assert [line.get_label() for line in few.axes[0].lines] == ["rank 0", "rank 2", "reduced (all ranks)"]
+
+
+def test_smoothing_keeps_the_raw_series_faint_behind_and_log_y_applies_to_loss():
+    from workbench.plots import plot_run
+
+    frame = sixteen_ranks(ranks=2)
+    evals = pd.DataFrame({"step": [200, 400, 600], "val_loss": [1.0, 0.6, 0.5], "val_accuracy": [0.5, 0.7, 0.8]})
+    fig = plot_run(frame, evals=evals, smooth=0.9, log_y=True)
+    loss_ax, val_ax = fig.axes[:2]
+    raw, smooth = loss_ax.lines[0], loss_ax.lines[1]
+    assert raw.get_alpha() == 0.25 and raw.get_label().startswith("_") and smooth.get_label() == "rank 0"
+    assert np.std(np.diff(smooth.get_ydata())) < np.std(np.diff(raw.get_ydata()))
+    assert loss_ax.get_yscale() == "log" and fig.axes[3].get_yscale() == "linear"
+    assert [line.get_label() for line in val_ax.lines] == ["val_loss", "val_accuracy"]
+
+
+def test_dark_theme_figure_has_dark_background_and_light_text():
+    from workbench.plots import plot_run
+
+    fig = plot_run(sixteen_ranks(ranks=2), theme="dark")
+    assert fig.get_facecolor()[:3] < (0.2, 0.2, 0.2)
+    title = fig.axes[0].title if fig.axes[0].get_title() else fig.axes[0]._left_title
+    assert sum(matplotlib_rgb(title.get_color())) > 2.4
+    with pytest.raises(ValueError, match="theme: 'blue' is not one of light, dark"):
+        plot_run(sixteen_ranks(ranks=2), theme="blue")
+
+
+def matplotlib_rgb(colour):
+    from matplotlib.colors import to_rgb
+
+    return to_rgb(colour)
+
+
+def test_metrics_plot_controls_and_hover(tmp_path):
+    from workbench.ui.plotview import MetricsPlot, parse_ranks
+
+    assert parse_ranks("all") is None and parse_ranks("0-2, 7") == (0, 1, 2, 7)
+    with pytest.raises(ValueError, match="ranks: 'x' is not a rank or a range"):
+        parse_ranks("1,x")
+    plot = MetricsPlot(frame=sixteen_ranks(ranks=2))
+    assert plot.live.full_draws == 1
+    plot.x.value = "elapsed_s"
+    assert plot.live.fig.axes[0].get_xlabel() == "elapsed time (s)"
+    plot.ranks.value = "1,x"
+    assert "not a rank" in plot.note.value
+    plot.ranks.value = "1"
+    assert [line.get_label() for line in plot.live.fig.axes[0].lines] == ["rank 1", "reduced (all ranks)"]
+    ax = plot.live.fig.axes[0]
+    line = ax.lines[0]
+    x_px, y_px = ax.transData.transform((line.get_xdata()[10], line.get_ydata()[10]))
+
+    class Event:
+        inaxes, x, y = ax, x_px, y_px
+
+    plot._on_hover(Event)
+    assert "rank 1 · elapsed time (s)" in plot.hover.value
+
+
+def test_a_6000_step_and_a_16_rank_run_are_readable_at_1100_px():
+    """Saved for a person to look at (test-artifacts/); asserted: loss still visible after 3% of the
+    run with log-y and smoothing, and the figure is 1100 px wide."""
+    from workbench.plots import plot_run
+
+    artifacts = REPO / "test-artifacts"
+    artifacts.mkdir(exist_ok=True)
+    long = sixteen_ranks(steps=6000, ranks=2)
+    long["loss"] = 0.05 + 3.0 * np.exp(-long["step"] / 150) + 0.02 * np.sin(long["step"] * 0.37 + long["rank"])
+    for name, frame, options in (("plot-6000-steps.png", long, {"log_y": True, "smooth": 0.9}),
+                                 ("plot-16-ranks.png", sixteen_ranks(steps=2000), {"smooth": 0.6}),
+                                 ("plot-16-ranks-dark.png", sixteen_ranks(steps=2000), {"theme": "dark"})):
+        fig = plot_run(frame, **options)
+        fig.savefig(artifacts / name, dpi=100)
+        assert fig.get_figwidth() * 100 <= 1110
+    low, high = fig.axes[0].get_ylim()
+    assert high / max(low, 1e-9) > 1

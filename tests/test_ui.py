@@ -205,25 +205,31 @@ def test_dashboard_state_progress_eta_and_badges_from_plain_data():
 
 
 @pytest.mark.timeout(60)
-def test_live_plot_redraws_only_the_lines_while_they_fit_the_axes():
+def test_live_figure_redraws_only_the_data_while_it_fits_and_keeps_a_users_zoom():
     import numpy as np
 
-    from workbench.ui.render import LivePlot, envelope
+    from workbench.plots import PlotOptions, envelope
+    from workbench.ui.render import LiveFigure
 
     def frame(steps: int, spike: float = 0.0) -> pd.DataFrame:
         return pd.DataFrame([{"rank": r, "step": s, "loss": 1.0 / s + spike * (s == steps), "loss_reduced": 1.0 / s,
-                              "step_time_s": 0.1, "samples_per_s": 320.0, "mem_mb": 100.0 + r}
+                              "lr": 1e-3, "step_time_s": 0.1, "samples_per_s": 320.0, "mem_mb": 100.0 + r}
                              for s in range(1, steps + 1) for r in (0, 1)])
 
-    plot = LivePlot(max_points=100)
-    assert plot.render(frame(50), total_steps=200).startswith(PNG_MAGIC) and plot.full_draws == 1
-    plot.render(frame(60), total_steps=200)
-    assert (plot.full_draws, plot.line_draws) == (1, 1)
-    plot.render(frame(61, spike=5.0), total_steps=200)  # outside the y limits: axes redrawn
-    assert plot.full_draws == 2
+    live, opts = LiveFigure(), PlotOptions(max_points=100)
+    assert live.update(frame(50), None, opts) == "full" and live.full_draws == 1
+    assert live.update(frame(55), None, opts) == "lines" and (live.full_draws, live.line_draws) == (1, 1)
+    assert live.update(frame(56, spike=5.0), None, opts) == "full"  # outside the y limits: axes redrawn
+    loss_ax = live.fig.axes[0]
+    loss_ax.set_xlim(10, 20)  # what the toolbar's zoom does
+    assert live.update(frame(200, spike=9.0), None, opts) in ("lines", "full")
+    assert loss_ax.get_xlim() == (10, 20) and live.zoomed()[0] and not live.zoomed()[3]
+    assert live.update(frame(200), None, PlotOptions(max_points=100, log_y=True)) == "full"  # new options
+    assert loss_ax is not live.fig.axes[0] and live.fig.axes[0].get_yscale() == "log"
+    assert live.png().startswith(PNG_MAGIC)
     x = np.arange(10_000, dtype=float)
     y = np.sin(x)
-    ex, ey = envelope(x, y, 100)
+    ex, ey = envelope(x, y, 200)
     assert len(ex) <= 2 * 100 + 2 and ey.max() == y.max() and ey.min() == y.min() and ex[-1] == x[-1]
 
 
@@ -239,7 +245,8 @@ def test_dashboard_of_a_finished_run_shows_plot_badges_and_full_progress(tmp_pat
     dash._thread.join(timeout=15)
     assert not dash.running, "the poller stops by itself once the run is done"
     state = dash.refresh()
-    assert bytes(dash.image.value).startswith(PNG_MAGIC)
+    assert dash.plot.live.full_draws >= 1 and dash.plot.live.png().startswith(PNG_MAGIC)
+    assert {line.get_label() for line in dash.plot.live.fig.axes[0].lines} >= {"rank 0", "rank 1"}
     assert [b.state for b in state.badges] == ["finished", "finished"]
     assert dash.badges.value.count("wb-finished") == 2
     assert dash.progress.value == dash.progress.max == state.total_steps and state.progress == 1.0

@@ -19,7 +19,6 @@ from workbench.stream import MultiTail, RankFrames
 
 if TYPE_CHECKING:
     import pandas as pd
-    from matplotlib.figure import Figure
 
 # After a rank failed, give the others this long to stop themselves before the job is cancelled.
 STOP_GRACE_S = 10.0
@@ -236,11 +235,29 @@ class Run:
         return {r: self.dir.stacks(r).read_text(errors="replace") for r in range(self.world_size)
                 if self.dir.stacks(r).exists()}
 
-    def plot(self, **kwargs: Any) -> Figure:
-        """Loss per rank and reduced loss (matplotlib)."""
+    def evals(self) -> pd.DataFrame:
+        """The validation results (eval events: step, time, val_loss, val_<metric>, ...), with the
+        metrics' elapsed_s and samples columns."""
+        from workbench.metricview import add_derived
+
+        events = self.events()
+        if not len(events) or "event" not in events:
+            return events
+        evals = events[events["event"] == "eval"].dropna(axis=1, how="all").reset_index(drop=True)
+        return add_derived(evals, self.meta.get("created"), self.samples_per_step())
+
+    def plot(self, interactive: bool = False, **options: Any) -> Any:
+        """The run's panels (matplotlib Figure): loss per rank and reduced, validation metrics, lr,
+        step time, throughput, peak memory.  Options: x="step"|"samples"|"elapsed_s", log_y,
+        smooth (EMA weight 0-0.99), ranks, theme="light"|"dark".  interactive=True gives a widget
+        with zoom, pan, hover values and those controls (workbench.ui.MetricsPlot)."""
+        if interactive:
+            from workbench.ui.plotview import MetricsPlot
+
+            return MetricsPlot(self, **options)
         from workbench.plots import plot_run
 
-        return plot_run(self.metrics(), **kwargs)
+        return plot_run(self.metrics(), evals=self.evals(), **options)
 
     def dashboard(self, **kwargs: Any) -> Any:
         from workbench.ui.dashboard import Dashboard

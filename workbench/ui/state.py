@@ -61,6 +61,8 @@ class DashboardState:
     """Run.health(): in sync, stragglers, stalled ranks, warnings."""
     stacks: dict[int, str] = field(default_factory=dict)
     """Stack dumps of stalled ranks (rank -> text)."""
+    evals: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """The validation results so far (Run.evals())."""
     line: str = ""
     """RunStatus.progress_line(): state, step, progress, rate, ETA, as `workbench show` prints them."""
 
@@ -89,8 +91,9 @@ def read_state(run: Run, max_points: int) -> DashboardState:
     """Poll the run's files once (through the Run's own readers) and compute the state."""
     status = run.status()
     failure = run.exception(status) if status.state == "failed" else None
-    reader = run.metric_frames
-    state = dashboard_state(status, failure, run.job_done(), reader.frame(max_points), reader.records)
+    frame = run.metrics(max_points)  # the Run's one reader, plus wall_time, elapsed_s and samples
+    state = dashboard_state(status, failure, run.job_done(), frame, run.metric_frames.records)
+    state.evals = run.evals()
     state.health = run.health(status)  # the status just read: no second pass over the files
     state.stacks = run.stacks() if state.health["stalled_ranks"] else {}
     return state
