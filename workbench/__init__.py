@@ -22,6 +22,9 @@ _LAZY = {
     "presets": "workbench.presets",
     "benchmark_scaling": "workbench.scaling_bench",
     "analysis": "workbench.analysis",
+    "runs": "workbench.history",
+    "compare": "workbench.history",
+    "config_diff": "workbench.history",
 }
 _MODULES = ("presets", "analysis")
 
@@ -30,6 +33,7 @@ __all__ = ["JobConfig", "ConfigError", "scaling_table", *_LAZY]
 if TYPE_CHECKING:
     from workbench.engine.script import log
     from workbench.engine.tasks import Task
+    from workbench.history import compare, config_diff, runs
     from workbench.launch.run import Run, RunFailed
     from workbench.launch.submit import submit, submit_script
     from workbench.scaling_bench import benchmark_scaling

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 
 # After a rank failed, give the others this long to stop themselves before the job is cancelled.
 STOP_GRACE_S = 10.0
+STRAGGLERS_LIVE_EVERY_S = 15.0
+"""While a run goes, the straggler verdict (over every logged record) is recomputed at most this often."""
 
 
 class RunFailed(RuntimeError):
@@ -58,7 +60,7 @@ class Run:
         """The one incremental reader of every rank's metrics (shared with the dashboard)."""
         self._events = MultiTail(self.dir.folder("events"))
         self._summary = EventSummary()
-        self._stragglers: tuple[int, pd.DataFrame] | None = None
+        self._stragglers: tuple[int, pd.DataFrame, float] | None = None
         self._failed_at: float | None = None
 
     @classmethod
@@ -212,23 +214,29 @@ class Run:
         """What the ranks' own checks said (parameters in sync at the last check, data shards,
         warnings), the stragglers (the same verdict as the report's) and the stalled ranks."""
         found = self.event_summary().health()
-        slow = self.stragglers()
+        live = status is not None and not status.done
+        slow = self.stragglers(max_age_s=STRAGGLERS_LIVE_EVERY_S if live else 0.0)
         found["stragglers"] = dict(zip(slow["rank"].astype(int).tolist(), slow["slower_by"].astype(float).tolist()))
         found["stalled_ranks"] = [r.rank for r in (status or self.status()).ranks if r.stalled or r.silent]
         return found
 
-    def stragglers(self) -> pd.DataFrame:
+    def stragglers(self, max_age_s: float = 0.0) -> pd.DataFrame:
         """Ranks whose own work per step exceeds the others' median by more than
         dist.straggler_threshold (workbench.analysis.stragglers over every logged step): the one
-        verdict the dashboard's health line, `workbench show` and the report give."""
+        verdict the dashboard's health line, `workbench show` and the report give.  A live view may
+        accept a verdict up to `max_age_s` old (it reads every record: costly on a long, wide run);
+        a finished run's verdict is always computed over all of its records."""
         from workbench.analysis import stragglers
 
         self.metric_frames.poll()
         version = self.metric_frames.version
-        if self._stragglers is None or self._stragglers[0] != version:
-            found = stragglers(self.metric_frames.frame(), self.config.dist.straggler_threshold)
-            self._stragglers = (version, found)
-        return self._stragglers[1]
+        cached = self._stragglers
+        fresh = cached is not None and (cached[0] == version or time.monotonic() - cached[2] < max_age_s)
+        if cached is None or not fresh:
+            cached = (version, stragglers(self.metric_frames.frame(), self.config.dist.straggler_threshold),
+                      time.monotonic())
+            self._stragglers = cached
+        return cached[1]
 
     def stacks(self) -> dict[int, str]:
         """Python stack dumps of ranks that stalled (rank -> text), written by the ranks themselves."""
