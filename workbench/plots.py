@@ -108,7 +108,7 @@ def draw_panel(ax: Axes, panel: str, frame: pd.DataFrame, evals: pd.DataFrame | 
 def draw_data(ax: Axes, panel: str, frame: pd.DataFrame, evals: pd.DataFrame | None,
               opts: PlotOptions) -> list[Any]:
     """The panel's data artists (lines, bands), returned so a live view can redraw just them."""
-    before = set(ax.lines) | set(ax.collections)
+    before = set(ax.lines) | set(ax.collections) | set(ax.texts)
     x = opts.x if opts.x in frame else "step"
     if panel == "val":
         _draw_evals(ax, evals, opts)
@@ -122,7 +122,7 @@ def draw_data(ax: Axes, panel: str, frame: pd.DataFrame, evals: pd.DataFrame | N
         _draw_ranks(ax, frame, panel, x, opts)
         if panel == "loss":
             _draw_reduced(ax, frame, x, opts)
-    return [a for a in [*ax.lines, *ax.collections] if a not in before]
+    return [a for a in [*ax.lines, *ax.collections, *ax.texts] if a not in before]
 
 
 def decorate(ax: Axes, panel: str, frame: pd.DataFrame, evals: pd.DataFrame | None, opts: PlotOptions) -> None:
@@ -152,7 +152,13 @@ def _draw_ranks(ax: Axes, frame: pd.DataFrame, column: str, x: str, opts: PlotOp
         bx, low, high = _thin(found.x, found.low, found.high, n=opts.max_points)
         ax.fill_between(bx, low, high, color="#888", alpha=0.3, lw=0, label=f"min-max of {len(ranks)} ranks")
         _line(ax, found.x, found.median, FOREGROUND[opts.theme], "median", opts)
-        ranks = found.outliers
+        for rank in found.outliers:  # named at their line's end, not in the legend (which then stays put)
+            part = data[data["rank"] == rank]
+            xs, ys = part[x].to_numpy(float), part[column].to_numpy(float)
+            _line(ax, xs, ys, rank_colour(rank), "_outlier", opts, gid=f"rank {rank}")
+            ax.annotate(f"rank {rank}", (xs[-1], ys[-1]), color=rank_colour(rank), fontsize=9, xytext=(3, 0),
+                        textcoords="offset points", va="center")
+        return
     for rank in ranks:
         part = data[data["rank"] == rank]
         _line(ax, part[x].to_numpy(float), part[column].to_numpy(float), rank_colour(rank), f"rank {rank}", opts)
@@ -210,8 +216,8 @@ def thin(frame: pd.DataFrame, max_points: int) -> pd.DataFrame:
     n = len(frame)
     if n <= max_points:
         return frame
-    stride = -(-n // max(1, max_points - 1))
-    return frame.iloc[list(range(0, n - 1, stride)) + [n - 1]]
+    stride = -(-n // max(1, max_points))
+    return frame.iloc[(n - 1) % stride::stride]  # a slice (no copy) that ends on the last row
 
 
 def downsample(frame: pd.DataFrame, max_points: int) -> pd.DataFrame:

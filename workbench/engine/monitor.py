@@ -20,6 +20,7 @@ import traceback
 from collections.abc import Iterator
 from typing import Any
 
+from workbench.engine.mirrors import NoMirrors
 from workbench.rankstate import ACTIVE, HEARTBEAT_S, LOST_AFTER_S, lost_message
 from workbench.rundir import RunDir, read_json, write_json_atomic
 from workbench.stream import JsonlWriter
@@ -53,6 +54,8 @@ class RankMonitor:
         self.run_event = self.event if rank == 0 else _ignore
         """For findings about the whole run that every rank computes alike (a sync check, the shard
         check): rank 0 records them, the other ranks' calls do nothing (the role is fixed here)."""
+        self.mirrors: Any = NoMirrors()
+        """Live copies of the metrics (engine.mirrors, from the `log` config section)."""
         self.step = 0
         self.state = "starting"
         self.in_sync: bool | None = None
@@ -74,6 +77,13 @@ class RankMonitor:
     def event(self, kind: str, **fields: Any) -> None:
         self.events.write({"event": kind, "rank": self.rank, "step": self.step, "time": time.time(),
                            "attempt": self.attempt, **fields})
+        if kind == "eval":
+            self.mirrors.log({"step": self.step, **fields})
+
+    def log_metrics(self, record: dict[str, Any]) -> None:
+        """One logged step: into metrics/rank{R}.jsonl, then to the live mirrors (if any)."""
+        self.metrics.write(record)
+        self.mirrors.log(record)
 
     def write_status(self) -> None:
         write_json_atomic(self.run.status(self.rank), {
@@ -114,6 +124,7 @@ class RankMonitor:
         self._stop.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=10)  # a beat in flight must not overwrite the final state
+        self.mirrors.close()
         if state:
             self.set_state(state)
         self.metrics.close()

@@ -61,6 +61,7 @@ class Run:
         self._events = MultiTail(self.dir.folder("events"))
         self._summary = EventSummary()
         self._stragglers: tuple[int, pd.DataFrame, float] | None = None
+        self._metrics: tuple[tuple[int, int | None], pd.DataFrame] | None = None
         self._failed_at: float | None = None
 
     @classmethod
@@ -152,8 +153,11 @@ class Run:
         from workbench.metricview import add_derived
 
         self.metric_frames.poll()
-        meta = self.meta
-        return add_derived(self.metric_frames.frame(max_points), meta.get("created"), self.samples_per_step())
+        key = (self.metric_frames.version, max_points)
+        if self._metrics is None or self._metrics[0] != key:  # a live view asks every second; often nothing is new
+            frame = add_derived(self.metric_frames.frame(max_points), self.meta.get("created"), self.samples_per_step())
+            self._metrics = (key, frame)
+        return self._metrics[1].copy(deep=False)
 
     def samples_per_step(self) -> int | None:
         """The effective batch: rank 0's start event says it, else the config (None in script mode
@@ -224,8 +228,9 @@ class Run:
         """Ranks whose own work per step exceeds the others' median by more than
         dist.straggler_threshold (workbench.analysis.stragglers over every logged step): the one
         verdict the dashboard's health line, `workbench show` and the report give.  A live view may
-        accept a verdict up to `max_age_s` old (it reads every record: costly on a long, wide run);
-        a finished run's verdict is always computed over all of its records."""
+        accept a verdict up to `max_age_s` old, computed over 2,000 evenly spaced steps per rank (all
+        records are costly on a long, wide run); a finished run's verdict is always computed over all
+        of its records."""
         from workbench.analysis import stragglers
 
         self.metric_frames.poll()
@@ -233,8 +238,9 @@ class Run:
         cached = self._stragglers
         fresh = cached is not None and (cached[0] == version or time.monotonic() - cached[2] < max_age_s)
         if cached is None or not fresh:
-            cached = (version, stragglers(self.metric_frames.frame(), self.config.dist.straggler_threshold),
-                      time.monotonic())
+            # live: medians over 2,000 evenly spaced steps per rank (the same medians, a fraction of the cost)
+            frame = self.metric_frames.frame(2000 if max_age_s > 0 else None)
+            cached = (version, stragglers(frame, self.config.dist.straggler_threshold), time.monotonic())
             self._stragglers = cached
         return cached[1]
 
@@ -266,6 +272,19 @@ class Run:
         from workbench.plots import plot_run
 
         return plot_run(self.metrics(), evals=self.evals(), **options)
+
+    def to_tensorboard(self, logdir: str | Path) -> Path:
+        """Every rank's scalars into `logdir`/rank{R} (TensorBoard event files), eval results into
+        rank0; `tensorboard --logdir LOGDIR` shows them (workbench.exporters)."""
+        from workbench.exporters import to_tensorboard
+
+        return to_tensorboard(self, logdir)
+
+    def export_metrics(self, path: str | Path | None = None, format: str | None = None) -> Path:
+        """Every rank's metrics as CSV or Parquet (by the file's suffix; default <run>/exports/metrics.csv)."""
+        from workbench.exporters import export_metrics
+
+        return export_metrics(self, path, format)
 
     def dashboard(self, **kwargs: Any) -> Any:
         from workbench.ui.dashboard import Dashboard

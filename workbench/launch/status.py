@@ -9,6 +9,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from workbench.rankstate import ACTIVE, liveness
 from workbench.rundir import RunDir, read_json
 
@@ -168,7 +170,11 @@ def _rank_rate(frame: pd.DataFrame, window_s: float) -> float | None:
     if len(frame) < 2 or not {"step", "time"} <= set(frame.columns):
         return None
     times = frame["time"].to_numpy(float)
-    first = min(int((times < times[-1] - window_s).sum()), max(0, len(frame) - RATE_MIN_RECORDS))
+    if times[-1] >= times[0]:  # in time order (as written): find the window's start by bisection
+        first = int(np.searchsorted(times, times[-1] - window_s, side="left"))
+    else:
+        first = int((times < times[-1] - window_s).sum())
+    first = min(first, max(0, len(frame) - RATE_MIN_RECORDS))
     steps = float(frame["step"].iloc[-1] - frame["step"].iloc[first])
     seconds = float(times[-1] - times[first])
     return steps / seconds if steps > 0 and seconds > 0 else None

@@ -32,9 +32,10 @@ LOG_EVERY_S = 2.0
 class Dashboard:
     """Live widgets for `run`; `refresh()` updates once, the poller thread keeps them current."""
 
-    def __init__(self, run: Run, poll_s: float = 1.0, max_points: int = 2000, autostart: bool = True):
-        self.run, self.poll_s, self.max_points = run, poll_s, max_points
-        self.plot = MetricsPlot(max_points=max_points)
+    def __init__(self, run: Run, poll_s: float = 1.0, max_points: int | None = None, autostart: bool = True):
+        self.run, self.poll_s = run, poll_s
+        self.max_points = max_points or points_per_rank(run.world_size)
+        self.plot = MetricsPlot(max_points=self.max_points)
         self.state: DashboardState | None = None
         self._callbacks: list[Callable[[DashboardState], None]] = []
         self._lock = threading.Lock()
@@ -65,9 +66,17 @@ class Dashboard:
                                       layout=w.Layout(width="200px"))
         self.rank_select.observe(lambda _: self._show_log(force=True), names="value")
         self.log = w.HTML()
+        self.downloads = {fmt: w.Button(description=fmt.upper(), icon="download", layout=w.Layout(width="100px"),
+                                        tooltip=f"every rank's metrics as {fmt.upper()} (Run.export_metrics)")
+                          for fmt in ("csv", "parquet")}
+        for fmt, button in self.downloads.items():
+            button.on_click(lambda _b, fmt=fmt: self.download(fmt))
+        self.download_link = w.HTML()
         header = w.HBox([self.title, self.progress, self.eta, self.cancel_button])
-        self.widget = w.VBox([header, self.badges, self.health, self.plot.widget, self.failure, self.stacks,
-                              self.report, self.rank_select, self.log, self.error])
+        metrics = w.HBox([w.HTML("metrics:"), *self.downloads.values(), self.download_link],
+                         layout=w.Layout(align_items="center"))
+        self.widget = w.VBox([header, self.badges, self.health, self.plot.widget, metrics, self.failure,
+                              self.stacks, self.report, self.rank_select, self.log, self.error])
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         return self.widget._repr_mimebundle_(**kwargs)
@@ -120,6 +129,16 @@ class Dashboard:
             callback(state)
         return state
 
+    def download(self, fmt: str) -> None:
+        """Write the metrics as CSV or Parquet into the run folder and offer them as a download link."""
+        try:
+            path = self.run.export_metrics(format=fmt)
+        except (ImportError, OSError, ValueError) as exc:
+            text = html.escape(str(exc))
+            self.download_link.value = f"<span style='color:var(--jp-ui-font-color1,#222)'>✘ {text}</span>"
+            return
+        self.download_link.value = download_html(path)
+
     def cancel(self) -> None:
         self.run.cancel()
         self.cancel_button.disabled = True
@@ -166,6 +185,36 @@ class Dashboard:
         self._log_read_at = time.monotonic()
         rank = int(self.rank_select.value)
         self.log.value = log_html(self.run.logs(rank, tail_bytes=LOG_TAIL_BYTES), rank)
+
+
+POINTS_IN_VIEW = 16_000
+"""Rows the live view keeps over all ranks: a panel is ~330 px wide, and a refresh's cost (reading,
+the median band, drawing) grows with rows.  64 ranks get 300 points each; 2 ranks 2,000."""
+
+
+def points_per_rank(world_size: int) -> int:
+    return max(300, min(2000, POINTS_IN_VIEW // max(1, world_size)))
+
+
+DOWNLOAD_INLINE_BYTES = 20 * 2**20
+"""Files up to this size are offered as a link carrying the data; larger ones by their path only."""
+
+
+def download_html(path: Any) -> str:
+    """A link that downloads `path` from the browser (small files), and where it lies."""
+    import base64
+    from pathlib import Path
+
+    path = Path(path)
+    size = path.stat().st_size
+    where = f"<code>{html.escape(str(path))}</code> ({size / 2**20:.1f} MiB)"
+    if size > DOWNLOAD_INLINE_BYTES:
+        return f"<span style='color:var(--jp-ui-font-color1,#222)'>written to {where}</span>"
+    mime = "text/csv" if path.suffix == ".csv" else "application/octet-stream"
+    data = base64.b64encode(path.read_bytes()).decode()
+    return (f"<a class='wb-download' download='{html.escape(path.name)}' href='data:{mime};base64,{data}' "
+            f"style='color:var(--jp-content-link-color,#1976d2)'>download {html.escape(path.name)}</a> "
+            f"<span style='color:var(--jp-ui-font-color1,#222)'>· {where}</span>")
 
 
 def progress_text(state: DashboardState) -> str:

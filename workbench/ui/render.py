@@ -182,7 +182,7 @@ def data_span(ax: Any, artists: list[Any]) -> Limits | None:
         if hasattr(artist, "get_xdata"):
             xs.append(np.asarray(artist.get_xdata(), float))
             ys.append(np.asarray(artist.get_ydata(), float))
-        else:
+        elif hasattr(artist, "get_datalim"):
             box = artist.get_datalim(ax.transData)
             xs.append(np.array([box.x0, box.x1]))
             ys.append(np.array([box.y0, box.y1]))
@@ -197,13 +197,14 @@ def data_span(ax: Any, artists: list[Any]) -> Limits | None:
 
 
 def with_headroom(span: Limits, log_y: bool) -> Limits:
-    """x: 25% past the data (fewer full draws while a run grows); y: 8% padding."""
+    """x: 25% past the data (fewer full draws while a run grows), 2% before it; y: 8% padding."""
     (x0, x1), (y0, y1) = span
-    x_hi = x0 + max(1.25 * (x1 - x0), 1.0)
+    width = max(x1 - x0, 1.0)
+    x_lo, x_hi = x0 - 0.02 * width, x0 + 1.25 * width
     if log_y:
-        return (x0, x_hi), (y0 / 1.25, y1 * 1.25)
+        return (x_lo, x_hi), (y0 / 1.25, y1 * 1.25)
     pad = (y1 - y0) * 0.08 or max(abs(y1) * 0.05, 1e-6)
-    return (x0, x_hi), (y0 - pad, y1 + pad)
+    return (x_lo, x_hi), (y0 - pad, y1 + pad)
 
 
 def _fits(now: Limits, span: Limits) -> bool:
@@ -218,7 +219,7 @@ def nearest_point(ax: Any, artists: list[Any], x_px: float, y_px: float, radius_
     """"rank 3 · step 1,200 · 0.532": the labelled data point nearest the cursor ("" if none near)."""
     best: tuple[float, str] = (radius_px**2, "")
     for artist in artists:
-        label = str(artist.get_label())
+        label = str(artist.get_gid() or artist.get_label())  # an outlier rank's line: named by its gid
         if label.startswith("_") or not hasattr(artist, "get_xdata"):
             continue
         x = np.asarray(artist.get_xdata(), float)
