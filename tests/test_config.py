@@ -41,6 +41,8 @@ def everything_changed() -> JobConfig:
                       "sbatch_options": {"reservation": "xyz", "exclusive": True, "nice": 10},
                       "setup": ["module load cuda/12.1", "export NCCL_DEBUG=INFO", "null"]},
         },
+        "log": {"tensorboard": True, "wandb": True, "wandb_project": "p", "wandb_mode": "offline", "mlflow": True,
+                "mlflow_tracking_uri": "file:/tmp/mlruns", "mlflow_experiment": "e"},
     })
 
 

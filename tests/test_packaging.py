@@ -22,7 +22,10 @@ PROJECT = PYPROJECT["project"]
 pytestmark = pytest.mark.timeout(30)
 
 # Import name -> distribution name, where they differ.
-DISTRIBUTION = {"yaml": "pyyaml", "PIL": "pillow"}
+DISTRIBUTION = {"yaml": "pyyaml", "PIL": "pillow", "mlflow": "mlflow-skinny"}
+OPTIONAL_EXTRAS = ("parquet", "tensorboard", "wandb", "mlflow")
+"""Extras for one feature each; their packages are imported lazily where the feature runs, and a
+missing one gives a message naming the extra (or, in a rank, a warning event)."""
 NOTEBOOK_ONLY = {"ipywidgets", "jupyterlab", "ipykernel"}
 
 
@@ -77,14 +80,16 @@ def test_lab_extra_has_jupyterlab_and_widgets():
 
 def test_test_extra_has_what_the_tests_and_linters_need():
     wanted = {"pytest", "pytest-timeout", "nbclient", "nbformat", "ipykernel", "playwright", "hypothesis",
-              "ruff", "mypy", "pandas-stubs", "types-pyyaml"}
+              "ruff", "mypy", "pandas-stubs", "types-pyyaml", "ipympl", "tensorboard", "wandb", "mlflow-skinny",
+              "pyarrow"}
     assert wanted | NOTEBOOK_ONLY <= extra("test")
 
 
 def test_every_import_in_workbench_is_a_declared_dependency():
     base, lab, frameworks = names(PROJECT["dependencies"]), extra("lab"), extra("integrations")
+    optional = set().union(*(extra(name) for name in OPTIONAL_EXTRAS))
     for module, files in third_party_imports(ROOT / "workbench").items():
-        if distribution(module) in base:
+        if distribution(module) in base | optional:
             continue
         if all(f.startswith("workbench/integrations/") for f in files):
             assert distribution(module) in frameworks, f"{sorted(files)} import {module}: add it to [integrations]"

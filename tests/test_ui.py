@@ -51,7 +51,7 @@ def test_form_has_a_widget_with_its_doc_for_every_field_grouped_by_section():
     for path, row in form.rows.items():
         assert row.widget.tooltip == docs[path] and docs[path], path
     assert set(form.accordion.titles) >= {"task", "train", "train.early_stopping", "launch", "launch.slurm"}
-    kinds = {"train.optimizer": w.Dropdown, "data.pin_memory": w.Checkbox, "train.micro_batch_size": w.IntText,
+    kinds = {"train.optimizer": w.Dropdown, "data.pin_memory": w.Checkbox, "train.micro_batch_size": w.Text,
              "train.lr": w.Text, "train.max_steps": w.Text, "train.optimizer_kwargs": w.Text,
              "launch.slurm.setup": w.Text}
     for path, kind in kinds.items():
@@ -84,7 +84,7 @@ def test_editing_widgets_changes_the_config_and_tells_observers():
     form = ConfigForm()
     seen = []
     form.observe(seen.append)
-    edits = {"train.lr": "5e-5", "train.micro_batch_size": 8, "train.optimizer": "sgd", "train.max_steps": "100",
+    edits = {"train.lr": "5e-5", "train.micro_batch_size": "8", "train.optimizer": "sgd", "train.max_steps": "100",
              "train.optimizer_kwargs": "{momentum: 0.9}", "data.pin_memory": True,
              "launch.time_limit": "1:30:00", "launch.slurm.setup": '["module load cuda"]'}
     for path, value in edits.items():
@@ -102,7 +102,7 @@ def test_editing_widgets_changes_the_config_and_tells_observers():
 @pytest.mark.timeout(60)
 def test_invalid_values_show_the_python_validation_messages_and_mark_the_fields():
     form = ConfigForm()
-    form.widget_for("train.micro_batch_size").value = 0
+    form.widget_for("train.micro_batch_size").value = "0"
     form.widget_for("train.lr").value = "-1"
     expected = pytest.raises(ConfigError, JobConfig.from_dict, {"train": {"micro_batch_size": 0, "lr": -1}}).value.problems
     assert len(expected) == 2 and form.problems == expected
@@ -117,7 +117,7 @@ def test_invalid_values_show_the_python_validation_messages_and_mark_the_fields(
     assert not form.widget_for("train.epochs").layout.border and not form.rows["train.epochs"].mark.value
     assert any("❌" in title for title in form.accordion.titles if title.startswith("train "))
 
-    form.widget_for("train.micro_batch_size").value = 4
+    form.widget_for("train.micro_batch_size").value = "4"
     form.widget_for("train.lr").value = "abc"  # a type error: from_dict's own message
     with pytest.raises(ConfigError) as typed:
         JobConfig.from_dict({"train": {"lr": "abc"}})
@@ -130,7 +130,7 @@ def test_invalid_values_show_the_python_validation_messages_and_mark_the_fields(
 def test_yaml_save_and_load_round_trip_through_the_form_and_its_buttons(tmp_path):
     form = ConfigForm()
     form.widget_for("train.lr").value = "3e-4"
-    form.widget_for("dist.procs_per_node").value = 4
+    form.widget_for("dist.procs_per_node").value = "4"
     form.widget_for("launch.slurm.sbatch_options").value = "{reservation: xyz}"
     path = tmp_path / "job.yaml"
     form.save_yaml(path)
@@ -161,12 +161,12 @@ def test_scaling_table_follows_the_form_and_highlights_the_config_world_size():
     view = ScalingView(form)
     assert view.frame.loc[view.frame["selected"], "world_size"].tolist() == [2]
     before = view.frame.copy()
-    form.widget_for("dist.procs_per_node").value = 4
+    form.widget_for("dist.procs_per_node").value = "4"
     assert view.frame.loc[view.frame["selected"], "world_size"].tolist() == [4]
     assert not view.frame.equals(before)
     selected_row = view.table.value.split('class="wb-selected"')[1].split("</tr>")[0]
     assert ">4</td>" in selected_row.split("<td")[1] + "</td>"
-    form.widget_for("train.micro_batch_size").value = 8
+    form.widget_for("train.micro_batch_size").value = "8"
     assert view.frame["effective_batch"].tolist() == [8, 16, 32, 64]
 
     view.world_sizes.value = "1, 3"
@@ -205,25 +205,31 @@ def test_dashboard_state_progress_eta_and_badges_from_plain_data():
 
 
 @pytest.mark.timeout(60)
-def test_live_plot_redraws_only_the_lines_while_they_fit_the_axes():
+def test_live_figure_redraws_only_the_data_while_it_fits_and_keeps_a_users_zoom():
     import numpy as np
 
-    from workbench.ui.render import LivePlot, envelope
+    from workbench.plots import PlotOptions, envelope
+    from workbench.ui.render import LiveFigure
 
     def frame(steps: int, spike: float = 0.0) -> pd.DataFrame:
         return pd.DataFrame([{"rank": r, "step": s, "loss": 1.0 / s + spike * (s == steps), "loss_reduced": 1.0 / s,
-                              "step_time_s": 0.1, "samples_per_s": 320.0, "mem_mb": 100.0 + r}
+                              "lr": 1e-3, "step_time_s": 0.1, "samples_per_s": 320.0, "mem_mb": 100.0 + r}
                              for s in range(1, steps + 1) for r in (0, 1)])
 
-    plot = LivePlot(max_points=100)
-    assert plot.render(frame(50), total_steps=200).startswith(PNG_MAGIC) and plot.full_draws == 1
-    plot.render(frame(60), total_steps=200)
-    assert (plot.full_draws, plot.line_draws) == (1, 1)
-    plot.render(frame(61, spike=5.0), total_steps=200)  # outside the y limits: axes redrawn
-    assert plot.full_draws == 2
+    live, opts = LiveFigure(), PlotOptions(max_points=100)
+    assert live.update(frame(50), None, opts) == "full" and live.full_draws == 1
+    assert live.update(frame(55), None, opts) == "lines" and (live.full_draws, live.line_draws) == (1, 1)
+    assert live.update(frame(56, spike=5.0), None, opts) == "full"  # outside the y limits: axes redrawn
+    loss_ax = live.fig.axes[0]
+    loss_ax.set_xlim(10, 20)  # what the toolbar's zoom does
+    assert live.update(frame(200, spike=9.0), None, opts) in ("lines", "full")
+    assert loss_ax.get_xlim() == (10, 20) and live.zoomed()[0] and not live.zoomed()[3]
+    assert live.update(frame(200), None, PlotOptions(max_points=100, log_y=True)) == "full"  # new options
+    assert loss_ax is not live.fig.axes[0] and live.fig.axes[0].get_yscale() == "log"
+    assert live.png().startswith(PNG_MAGIC)
     x = np.arange(10_000, dtype=float)
     y = np.sin(x)
-    ex, ey = envelope(x, y, 100)
+    ex, ey = envelope(x, y, 200)
     assert len(ex) <= 2 * 100 + 2 and ey.max() == y.max() and ey.min() == y.min() and ex[-1] == x[-1]
 
 
@@ -239,7 +245,8 @@ def test_dashboard_of_a_finished_run_shows_plot_badges_and_full_progress(tmp_pat
     dash._thread.join(timeout=15)
     assert not dash.running, "the poller stops by itself once the run is done"
     state = dash.refresh()
-    assert bytes(dash.image.value).startswith(PNG_MAGIC)
+    assert dash.plot.live.full_draws >= 1 and dash.plot.live.png().startswith(PNG_MAGIC)
+    assert {line.get_label() for line in dash.plot.live.fig.axes[0].lines} >= {"rank 0", "rank 1"}
     assert [b.state for b in state.badges] == ["finished", "finished"]
     assert dash.badges.value.count("wb-finished") == 2
     assert dash.progress.value == dash.progress.max == state.total_steps and state.progress == 1.0
@@ -284,7 +291,7 @@ def test_workbench_shows_submit_problems_in_the_form_instead_of_raising(tmp_path
     app.executor.value = "slurm"
     assert app.form.widget_for("launch.executor").value == "slurm"
     app.executor.value = "local"
-    app.form.widget_for("train.micro_batch_size").value = 0
+    app.form.widget_for("train.micro_batch_size").value = "0"
     assert app.submit() is None and app.run is None and app.run_box.children == ()
     assert "train.micro_batch_size: must be a positive whole number" in app.form.problems_html.value
     assert "not submitted" in app.status.value

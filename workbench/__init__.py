@@ -24,6 +24,9 @@ _LAZY = {
     "presets": "workbench.presets",
     "benchmark_scaling": "workbench.scaling_bench",
     "analysis": "workbench.analysis",
+    "runs": "workbench.history",
+    "compare": "workbench.history",
+    "config_diff": "workbench.history",
 }
 _MODULES = ("presets", "analysis")
 
@@ -32,6 +35,7 @@ __all__ = ["JobConfig", "ConfigError", "ConfigFileError", "scaling_table", *_LAZ
 if TYPE_CHECKING:
     from workbench.engine.script import log
     from workbench.engine.tasks import Task
+    from workbench.history import compare, config_diff, runs
     from workbench.launch.run import Run, RunFailed, RunFolderError
     from workbench.launch.submit import submit, submit_fn, submit_script
     from workbench.scaling_bench import benchmark_scaling

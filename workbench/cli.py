@@ -124,11 +124,14 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("run_dir")
     show.set_defaults(func=cmd_show)
 
-    export = sub.add_parser("export", help="print an equivalent sbatch script or torchrun command")
+    export = sub.add_parser("export", help="print an equivalent sbatch script or torchrun command (CONFIG), or "
+                            "export a run's metrics to TensorBoard, CSV or Parquet (RUN_DIR)")
     _config_args(export)
     kind = export.add_mutually_exclusive_group(required=True)
     kind.add_argument("--sbatch", action="store_true", help="an sbatch script (one torchrun per node)")
     kind.add_argument("--torchrun", action="store_true", help="a torchrun command")
+    kind.add_argument("--tensorboard", metavar="DIR", help="RUN_DIR's metrics as TensorBoard event files in DIR")
+    kind.add_argument("--metrics", metavar="FILE", help="RUN_DIR's metrics as FILE (.csv or .parquet)")
     export.set_defaults(func=cmd_export)
 
     launch = sub.add_parser("launch", help="launch an existing torchrun-style script, as torchrun does: "
@@ -356,6 +359,13 @@ def _print_failure(run: Any) -> None:
 def cmd_export(args: argparse.Namespace) -> int:
     from workbench.launch.export import sbatch_script, torchrun_command
 
+    if args.tensorboard or args.metrics:
+        from workbench.launch.run import Run
+
+        run = Run.load(args.config)  # here the positional argument is a run folder
+        done = run.to_tensorboard(args.tensorboard) if args.tensorboard else run.export_metrics(args.metrics)
+        print(f"[workbench] wrote {done}" + (f" (tensorboard --logdir {done})" if args.tensorboard else ""))
+        return 0
     cfg = load_config(args)
     print(sbatch_script(cfg, args.config) if args.sbatch else torchrun_command(cfg, args.config))
     return 0
@@ -398,7 +408,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
     run = Run.load(args.run_dir)
     status = run.status()
-    print(f"run {run.folder}: {status}")
+    print(f"run {run.folder}: {status.progress_line()}")
     print(status.frame().to_string(index=False))
     frame = run.metrics()
     if len(frame):

@@ -223,6 +223,29 @@ class LaunchConfig:
 
 
 @dataclass(kw_only=True, frozen=True)
+class LogConfig:
+    tensorboard: bool = False
+    """Mirror every rank's metrics and eval results to TensorBoard while training, one event file per
+    rank under <run>/tensorboard/rank{R} (`tensorboard --logdir <run>/tensorboard`); needs tensorboard."""
+    wandb: bool = False
+    """Mirror rank 0's metrics (loss, reduced loss, lr, timings) and eval results to Weights & Biases
+    (one W&B run per workbench run, its files under <run>/wandb); needs wandb."""
+    wandb_project: str = "workbench"
+    """The W&B project."""
+    wandb_mode: Literal["online", "offline", "disabled"] | None = None
+    """W&B mode (empty: WANDB_MODE or W&B's default); offline writes files only, `wandb sync` uploads."""
+    mlflow: bool = False
+    """Mirror rank 0's metrics and eval results to MLflow, with the config as parameters; needs mlflow."""
+    mlflow_tracking_uri: str | None = None
+    """MLflow tracking URI (empty: MLFLOW_TRACKING_URI or MLflow's default ./mlruns), e.g. file:/path/mlruns."""
+    mlflow_experiment: str = "workbench"
+    """The MLflow experiment."""
+
+    def __post_init__(self) -> None:
+        _settle(self, "log")
+
+
+@dataclass(kw_only=True, frozen=True)
 class JobConfig:
     """A whole DDP job: what to train, how, on how many ranks and where."""
 
@@ -238,6 +261,8 @@ class JobConfig:
     """Process group and DDP options."""
     launch: LaunchConfig = field(default_factory=LaunchConfig)
     """Where and with what resources the job runs."""
+    log: LogConfig = field(default_factory=LogConfig)
+    """Live copies of the metrics to TensorBoard, W&B or MLflow (the JSONL files are always written)."""
 
     def __post_init__(self) -> None:
         _settle(self, "")

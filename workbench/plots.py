@@ -1,19 +1,215 @@
-"""matplotlib figures from metrics DataFrames (no widgets)."""
+"""matplotlib figures from metrics DataFrames (no widgets).
+
+``plot_run`` draws a run's panels (training loss, validation metrics, lr, step time, throughput,
+peak memory) against step, samples seen or elapsed time, with optional log-y and EMA smoothing (the
+raw series faint behind).  Above BAND_ABOVE_RANKS ranks a panel shows the median across ranks with
+a min-max band plus the ranks that stray from it, not one line per rank.  Rank R has the same
+colour (``rank_colour``) in every panel, in the dashboard's badges and in its log picker.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from workbench.metricview import BAND_ABOVE_RANKS, X_AXES, band, ema, reduced_loss
 
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-PANELS = ("loss", "step_time_s", "samples_per_s", "mem_mb")
-TITLES = {"loss": "loss per rank (dashed: reduced)", "step_time_s": "step time (s)",
-          "samples_per_s": "samples/s per rank", "mem_mb": "memory (MiB)"}
+PANELS = ("loss", "val", "lr", "step_time_s", "samples_per_s", "mem_mb")
+TITLES = {"loss": "training loss", "val": "validation (eval events)", "lr": "learning rate",
+          "step_time_s": "step time (s)", "samples_per_s": "samples/s per rank", "mem_mb": "peak memory (MiB)"}
+LOG_PANELS = ("loss", "val")
+"""Panels that log-y applies to."""
+RANK_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+                "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd")
+THEMES = {
+    "light": {"figure.facecolor": "white", "axes.facecolor": "white", "text.color": "#222",
+              "axes.labelcolor": "#222", "axes.edgecolor": "#888", "xtick.color": "#333", "ytick.color": "#333",
+              "grid.color": "#ddd", "legend.facecolor": "white", "legend.edgecolor": "#ccc"},
+    "dark": {"figure.facecolor": "#212121", "axes.facecolor": "#212121", "text.color": "#eee",
+             "axes.labelcolor": "#eee", "axes.edgecolor": "#999", "xtick.color": "#ddd", "ytick.color": "#ddd",
+             "grid.color": "#444", "legend.facecolor": "#303030", "legend.edgecolor": "#666"},
+}
+"""Figure colours for JupyterLab's light and dark themes (text contrast >= 7:1 on both)."""
+FOREGROUND = {"light": "#222", "dark": "#eee"}
+READABLE = {"font.size": 10.5, "axes.titlesize": 11.5, "axes.labelsize": 10.5, "legend.fontsize": 9,
+            "xtick.labelsize": 9.5, "ytick.labelsize": 9.5, "axes.grid": True, "grid.linewidth": 0.6}
+"""Sizes that stay readable in a 1100 px wide window."""
+
+
+def rank_colour(rank: int) -> str:
+    """The colour of rank `rank` everywhere: lines, badges, logs."""
+    return RANK_COLOURS[int(rank) % len(RANK_COLOURS)]
+
+
+@dataclass(frozen=True)
+class PlotOptions:
+    x: str = "step"
+    """"step", "samples" (seen by all ranks together) or "elapsed_s"."""
+    log_y: bool = False
+    smooth: float = 0.0
+    """EMA weight, 0 (raw) to 0.99 (heavy), as TensorBoard's smoothing slider."""
+    ranks: tuple[int, ...] | None = None
+    """The ranks to draw (None: all)."""
+    theme: str = "light"
+    max_points: int = 2000
+    """Points per line at most (each bucket's min and max are kept: spikes stay visible)."""
+    panels: tuple[str, ...] = field(default=PANELS)
+
+
+def plot_run(frame: pd.DataFrame, panels: Sequence[str] = PANELS, max_points: int = 2000,
+             figsize: tuple[float, float] | None = None, fig: Figure | None = None,
+             evals: pd.DataFrame | None = None, **options: Any) -> Figure:
+    """The run's panels as a matplotlib Figure; `options` are PlotOptions fields (x, log_y, smooth,
+    ranks, theme); `evals` are the run's eval events (Run.events() rows with event == "eval")."""
+    from matplotlib.figure import Figure
+
+    opts = PlotOptions(max_points=max_points, panels=tuple(panels),
+                       **{k: v for k, v in options.items() if k in PlotOptions.__dataclass_fields__})
+    ncols = min(3, len(opts.panels))
+    nrows = math.ceil(len(opts.panels) / ncols)
+    with theme_rc(opts.theme):
+        fig = fig or Figure(figsize=figsize or (11.0, 3.1 * nrows), layout="constrained")
+        fig.clear()
+        fig.set_facecolor(THEMES[opts.theme]["figure.facecolor"])
+        axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+        for ax, panel in zip(axes, opts.panels):
+            draw_panel(ax, panel, frame, evals, opts)
+        for ax in axes[len(opts.panels):]:
+            ax.set_visible(False)
+    return fig
+
+
+@contextmanager
+def theme_rc(theme: str) -> Iterator[None]:
+    import matplotlib
+
+    if theme not in THEMES:
+        raise ValueError(f"theme: {theme!r} is not one of {', '.join(THEMES)}")
+    rc: dict[str, Any] = {**READABLE, **THEMES[theme]}
+    with matplotlib.rc_context(rc):  # type: ignore[arg-type]  # keys are rcParams names
+        yield
+
+
+def draw_panel(ax: Axes, panel: str, frame: pd.DataFrame, evals: pd.DataFrame | None, opts: PlotOptions) -> None:
+    draw_data(ax, panel, frame, evals, opts)
+    decorate(ax, panel, frame, evals, opts)
+
+
+def draw_data(ax: Axes, panel: str, frame: pd.DataFrame, evals: pd.DataFrame | None,
+              opts: PlotOptions) -> list[Any]:
+    """The panel's data artists (lines, bands), returned so a live view can redraw just them."""
+    before = set(ax.lines) | set(ax.collections) | set(ax.texts)
+    x = opts.x if opts.x in frame else "step"
+    if panel == "val":
+        _draw_evals(ax, evals, opts)
+    elif not len(frame) or panel not in frame or x not in frame:
+        pass
+    elif panel == "lr":
+        first = frame[frame["rank"] == frame["rank"].min()]
+        ax.plot(*envelope(first[x].to_numpy(float), first["lr"].to_numpy(float), opts.max_points),
+                color=FOREGROUND[opts.theme], lw=1.2, label="lr (every rank)")
+    else:
+        _draw_ranks(ax, frame, panel, x, opts)
+        if panel == "loss":
+            _draw_reduced(ax, frame, x, opts)
+    return [a for a in [*ax.lines, *ax.collections, *ax.texts] if a not in before]
+
+
+def decorate(ax: Axes, panel: str, frame: pd.DataFrame, evals: pd.DataFrame | None, opts: PlotOptions) -> None:
+    """Title, axis label, log scale and legend (what a live view keeps in its cached background)."""
+    x = opts.x if opts.x in frame else "step"
+    title = TITLES.get(panel, panel)
+    if not ax.has_data():
+        title += ": none yet" if panel == "val" else ": no data yet"
+    ax.set_title(title, loc="left")
+    ax.set_xlabel(X_AXES.get(x, x))
+    if opts.log_y and panel in LOG_PANELS and ax.has_data():
+        ax.set_yscale("log")
+    handles = ax.get_legend_handles_labels()[0]
+    if handles:
+        ax.legend(loc="upper right", ncols=2 if len(handles) > 5 else 1)
+
+
+def selected(frame: pd.DataFrame, ranks: Sequence[int] | None) -> pd.DataFrame:
+    return frame if ranks is None else frame[frame["rank"].isin(list(ranks))]
+
+
+def _draw_ranks(ax: Axes, frame: pd.DataFrame, column: str, x: str, opts: PlotOptions) -> None:
+    data = selected(frame, opts.ranks)
+    ranks = sorted(data["rank"].unique())
+    if len(ranks) > BAND_ABOVE_RANKS:
+        found = band(data, column, x)
+        bx, low, high = _thin(found.x, found.low, found.high, n=opts.max_points)
+        ax.fill_between(bx, low, high, color="#888", alpha=0.3, lw=0, label=f"min-max of {len(ranks)} ranks")
+        _line(ax, found.x, found.median, FOREGROUND[opts.theme], "median", opts)
+        for rank in found.outliers:  # named at their line's end, not in the legend (which then stays put)
+            part = data[data["rank"] == rank]
+            xs, ys = part[x].to_numpy(float), part[column].to_numpy(float)
+            _line(ax, xs, ys, rank_colour(rank), "_outlier", opts, gid=f"rank {rank}")
+            ax.annotate(f"rank {rank}", (xs[-1], ys[-1]), color=rank_colour(rank), fontsize=9, xytext=(3, 0),
+                        textcoords="offset points", va="center")
+        return
+    for rank in ranks:
+        part = data[data["rank"] == rank]
+        _line(ax, part[x].to_numpy(float), part[column].to_numpy(float), rank_colour(rank), f"rank {rank}", opts)
+
+
+def _draw_reduced(ax: Axes, frame: pd.DataFrame, x: str, opts: PlotOptions) -> None:
+    reduced = reduced_loss(frame, x)
+    _line(ax, reduced[x].to_numpy(float), reduced["loss"].to_numpy(float), FOREGROUND[opts.theme],
+          "reduced (all ranks)", opts, ls="--")
+
+
+def _draw_evals(ax: Axes, evals: pd.DataFrame | None, opts: PlotOptions) -> None:
+    columns = [] if evals is None else [c for c in evals.columns if c.startswith("val_")]
+    x = opts.x if evals is not None and opts.x in evals else "step"
+    if not columns or evals is None or not len(evals):
+        return
+    for i, column in enumerate(columns[:6]):
+        rows = evals[[x, column]].dropna()
+        ax.plot(rows[x], rows[column], "o-", ms=3, lw=1.2, color=RANK_COLOURS[(i + 3) % len(RANK_COLOURS)],
+                label=column)
+
+
+def _line(ax: Axes, x: np.ndarray, y: np.ndarray, colour: str, label: str, opts: PlotOptions, **style: Any) -> None:
+    """The series, smoothed when asked (the raw one faint behind it), at most max_points points."""
+    if opts.smooth > 0:
+        ax.plot(*envelope(x, y, opts.max_points), color=colour, lw=0.8, alpha=0.25, **style)
+        y = ema(y, opts.smooth)
+    ax.plot(*envelope(x, y, opts.max_points), color=colour, lw=1.3, label=label, **style)
+
+
+def envelope(x: np.ndarray, y: np.ndarray, columns: int) -> tuple[np.ndarray, np.ndarray]:
+    """At most ~2 points per column: each bucket's min and max, in order (a spike stays visible)."""
+    n = len(y)
+    columns = max(1, columns // 2)
+    if n <= 4 * columns:
+        return x, y
+    k = -(-n // columns)
+    m = (n // k) * k
+    chunks = y[:m].reshape(-1, k)
+    lows = np.argmin(np.where(np.isnan(chunks), np.inf, chunks), axis=1)
+    highs = np.argmax(np.where(np.isnan(chunks), -np.inf, chunks), axis=1)
+    starts = np.arange(len(chunks)) * k
+    keep = np.unique(np.concatenate([[0], starts + lows, starts + highs, np.arange(m, n), [n - 1]]))
+    return x[keep], y[keep]
+
+
+def _thin(x: np.ndarray, *ys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    stride = max(1, -(-len(x) // max(1, n)))
+    low, high = ys
+    return x[::stride], low[::stride], high[::stride]
 
 
 def thin(frame: pd.DataFrame, max_points: int) -> pd.DataFrame:
@@ -21,8 +217,8 @@ def thin(frame: pd.DataFrame, max_points: int) -> pd.DataFrame:
     n = len(frame)
     if n <= max_points:
         return frame
-    stride = -(-n // max(1, max_points - 1))
-    return frame.iloc[list(range(0, n - 1, stride)) + [n - 1]]
+    stride = -(-n // max(1, max_points))
+    return frame.iloc[(n - 1) % stride::stride]  # a slice (no copy) that ends on the last row
 
 
 def downsample(frame: pd.DataFrame, max_points: int) -> pd.DataFrame:
@@ -32,43 +228,6 @@ def downsample(frame: pd.DataFrame, max_points: int) -> pd.DataFrame:
     import pandas as pd
 
     return pd.concat([thin(part, max_points) for _, part in frame.groupby("rank")]).sort_index()
-
-
-def plot_loss(frame: pd.DataFrame, ax: Axes) -> None:
-    for rank, part in frame.groupby("rank"):
-        ax.plot(part["step"], part["loss"], lw=1, label=f"rank {rank}")
-    if "loss_reduced" in frame:
-        first = frame[frame["rank"] == frame["rank"].min()]
-        ax.plot(first["step"], first["loss_reduced"], "k--", lw=1.5, label="reduced")
-    ax.set_xlabel("step")
-    ax.set_title(TITLES["loss"])
-    ax.legend(fontsize="small")
-
-
-def plot_per_rank(frame: pd.DataFrame, column: str, ax: Axes) -> None:
-    for rank, part in frame.groupby("rank"):
-        ax.plot(part["step"], part[column], lw=1, label=f"rank {rank}")
-    ax.set_xlabel("step")
-    ax.set_title(TITLES.get(column, column))
-
-
-def plot_run(frame: pd.DataFrame, panels: Sequence[str] = PANELS, max_points: int = 2000,
-             figsize: tuple[float, float] | None = None, fig: Figure | None = None, **_: Any) -> Figure:
-    """Loss per rank with the reduced loss, then step time, throughput and memory per rank."""
-    from matplotlib.figure import Figure
-
-    fig = fig or Figure(figsize=figsize or (4.2 * len(panels), 3.2), layout="constrained")
-    fig.clear()
-    axes = fig.subplots(1, len(panels), squeeze=False)[0]
-    data = downsample(frame, max_points)
-    for ax, column in zip(axes, panels):
-        if len(data) == 0 or column not in data:
-            ax.set_title(f"{TITLES.get(column, column)}: no data yet")
-        elif column == "loss":
-            plot_loss(data, ax)
-        else:
-            plot_per_rank(data, column, ax)
-    return fig
 
 
 def save_run_plot(frame: pd.DataFrame, path: str, **kwargs: Any) -> str:

@@ -12,6 +12,8 @@
     <run>/plots/                 figures (loss per rank)
     <run>/stacks/rank{R}.txt     Python stacks of a stalled rank
     <run>/rendezvous/            where SLURM rank 0 publishes its port
+    <run>/tensorboard/rank{R}/   TensorBoard event files (when log.tensorboard mirrors live)
+    <run>/exports/               metrics as CSV or Parquet (Run.export_metrics)
 
 Creating one (the name under run_root, the private tree, the config snapshot and run.json) lives
 here too, so the submitting side and ``python -m workbench.train`` under torchrun write the same.
@@ -95,6 +97,15 @@ class RunDir:
 
     def stacks(self, rank: int) -> Path:
         return self.root / "stacks" / f"rank{rank}.txt"
+
+    def tensorboard(self, rank: int) -> Path:
+        """The rank's TensorBoard event files (the live mirror, log.tensorboard)."""
+        return self.root / "tensorboard" / f"rank{rank}"
+
+    @property
+    def exports(self) -> Path:
+        """Metrics exported as CSV or Parquet (Run.export_metrics, the dashboard's download)."""
+        return self.root / "exports"
 
     def checkpoint(self, step: int) -> Path:
         return self.checkpoints / f"step-{step:08d}.pt"

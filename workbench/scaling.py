@@ -96,6 +96,8 @@ def scaling_table(cfg: JobConfig, world_sizes: Iterable[int] = (1, 2, 4, 8), rul
     rules = RULES if compare_rules else (rule or cfg.scaling.rule,)
     rows = [_row(cfg, n, r, size) for n in world_sizes for r in rules]
     table = pd.DataFrame(rows)
+    if compare_rules:  # the config's own row is its world size under its own rule
+        table["selected"] &= table["rule"] == cfg.scaling.rule
     if measured is None:
         return table
     columns = ["world_size", *(c for c in MEASURED if c in measured)]

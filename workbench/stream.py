@@ -153,6 +153,7 @@ class RankFrames:
         self.folder = Path(folder)
         self.tails: dict[int, JsonlTail] = {}
         self.frames: dict[int, pd.DataFrame] = {}
+        self._stores: dict[int, Columns | None] = {}
         self.records = 0
         self.version = 0
         """Bumped whenever new records arrive."""
@@ -176,9 +177,15 @@ class RankFrames:
         new: list[dict[str, Any]] = []
         for rank, tail in sorted(self.tails.items()):
             records = tail.read_new()
-            if records:
+            if not records:
+                continue
+            store = self._stores.get(rank)
+            if store is not None and store.append(records):
+                self.frames[rank] = store.frame()
+            else:
                 self.frames[rank] = _extend(self.frames.get(rank), pd.DataFrame.from_records(records))
-                new.extend(records)
+                self._stores[rank] = Columns.of(self.frames[rank])
+            new.extend(records)
         self.skipped = sum(tail.skipped for tail in self.tails.values())
         if new:
             self.records += len(new)
@@ -198,6 +205,57 @@ class RankFrames:
             return pd.DataFrame()
         frame = pd.concat(parts, ignore_index=True)
         return frame.sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
+
+
+class Columns:
+    """One rank's rows as growable numpy columns (capacity doubles), so appending a poll's few records
+    costs what they cost, not a copy of the rank's whole history (pandas' concat copies it); `frame()`
+    is a DataFrame over them without a copy.  Only for numeric columns and records that arrive in
+    step order with the same fields; anything else (a requeue's repeated steps, a new field, text)
+    goes the general way (`_extend`)."""
+
+    def __init__(self, frame: pd.DataFrame):
+        self.n = len(frame)
+        self.arrays = {str(c): _grown(frame[c].to_numpy(), max(1024, 2 * self.n)) for c in frame.columns}
+
+    @classmethod
+    def of(cls, frame: pd.DataFrame) -> Columns | None:
+        numeric = all(getattr(t, "kind", "O") in "biuf" for t in frame.dtypes)
+        return cls(frame) if numeric and "step" in frame and len(frame) else None
+
+    def append(self, records: list[dict[str, Any]]) -> bool:
+        """Add `records` in place; False (nothing changed) if they do not fit the fast way."""
+        import numpy as np
+
+        names = self.arrays.keys()
+        if any(record.keys() != names for record in records):
+            return False
+        columns = {c: np.array([record[c] for record in records]) for c in names}
+        if any(columns[c].dtype.kind != a.dtype.kind for c, a in self.arrays.items()):
+            return False  # e.g. a float where the column holds whole numbers
+        steps = columns["step"]
+        if not (steps[0] > self.arrays["step"][self.n - 1] and (len(steps) < 2 or (steps[1:] > steps[:-1]).all())):
+            return False
+        end = self.n + len(records)
+        if end > len(self.arrays["step"]):
+            self.arrays = {c: _grown(a[:self.n], 2 * end) for c, a in self.arrays.items()}
+        for c, a in self.arrays.items():
+            a[self.n:end] = columns[c]
+        self.n = end
+        return True
+
+    def frame(self) -> pd.DataFrame:
+        import pandas as pd
+
+        return pd.DataFrame({c: a[:self.n] for c, a in self.arrays.items()}, copy=False)
+
+
+def _grown(values: Any, capacity: int) -> Any:
+    import numpy as np
+
+    out = np.empty(capacity, dtype=values.dtype)
+    out[:len(values)] = values
+    return out
 
 
 def _extend(old: pd.DataFrame | None, new: pd.DataFrame) -> pd.DataFrame:

@@ -262,6 +262,7 @@ _SECTION_RULES: dict[str, list[Rule]] = {
         _at_least("launch.slurm.gpus_per_node", 0, "use 0 to run on CPUs"),
         _positive("launch.slurm.cpus_per_task", "use at least 1"),
     ],
+    "log": [],  # the mirrors' packages are checked where they run: a missing one becomes a warning event
 }
 """Section path -> its value rules; every section of JobConfig has an entry (nested ones too)."""
 

@@ -13,10 +13,16 @@ from typing import Any
 
 import submitit
 
+from workbench.engine.monitor import announce_starting
 from workbench.engine.rendezvous import RankContract, attempt
 from workbench.engine.script import FnJob, ScriptJob
 from workbench.private import UMASK
 from workbench.rundir import RunDir
+
+
+def _announce(run_dir: str) -> None:
+    """Write this rank's "starting" status before anything slow (torch, the rendezvous)."""
+    announce_starting(RunDir(run_dir), submitit.JobEnvironment().global_rank, attempt())
 
 
 class RankEntry(submitit.helpers.Checkpointable):
@@ -27,6 +33,7 @@ class RankEntry(submitit.helpers.Checkpointable):
         self.cfg_data, self.run_dir, self.contract, self.factory = cfg_data, run_dir, contract, factory
 
     def __call__(self) -> dict[str, Any]:
+        _announce(self.run_dir)
         from workbench.config import JobConfig
         from workbench.engine.rank import run_rank
 
@@ -42,6 +49,7 @@ class ScriptEntry(submitit.helpers.Checkpointable):
         self.job, self.run_dir, self.contract = job, run_dir, contract
 
     def __call__(self) -> int:
+        _announce(self.run_dir)
         from workbench.engine.script import run_script_rank
 
         os.umask(UMASK)  # what this rank and submitit write here (its result pickle) is private

@@ -20,6 +20,7 @@ import traceback
 from collections.abc import Iterator
 from typing import Any
 
+from workbench.engine.mirrors import NoMirrors
 from workbench.engine.userframes import user_traceback
 from workbench.private import make_dirs, open_private
 from workbench.rankstate import ACTIVE, HEARTBEAT_S, LOST_AFTER_S, lost_message
@@ -47,6 +48,14 @@ def _ignore(kind: str, **fields: Any) -> None:
     return None
 
 
+def announce_starting(run: RunDir, rank: int, attempt: int = 0) -> None:
+    """Say "starting" as soon as the rank's process runs, before it imports torch and meets the
+    others (seconds): readers stop calling it pending.  RankMonitor's heartbeat takes over; a rank
+    that dies before then is seen as lost by the usual liveness rule."""
+    write_json_atomic(run.status(rank), {"rank": rank, "state": "starting", "step": 0, "time": time.time(),
+                                         "pid": os.getpid(), "host": node_name(), "attempt": attempt})
+
+
 class RankMonitor:
     def __init__(self, run: RunDir, rank: int, world_size: int, attempt: int = 0, heartbeat_s: float = HEARTBEAT_S,
                  stall_after_s: float = 300.0):
@@ -56,6 +65,8 @@ class RankMonitor:
         self.run_event = self.event if rank == 0 else _ignore
         """For findings about the whole run that every rank computes alike (a sync check, the shard
         check): rank 0 records them, the other ranks' calls do nothing (the role is fixed here)."""
+        self.mirrors: Any = NoMirrors()
+        """Live copies of the metrics (engine.mirrors, from the `log` config section)."""
         self.step = 0
         self.state = "starting"
         self.in_sync: bool | None = None
@@ -79,6 +90,13 @@ class RankMonitor:
     def event(self, kind: str, **fields: Any) -> None:
         self.events.write({"event": kind, "rank": self.rank, "step": self.step, "time": time.time(),
                            "attempt": self.attempt, **fields})
+        if kind == "eval":
+            self.mirrors.log({"step": self.step, **fields})
+
+    def log_metrics(self, record: dict[str, Any]) -> None:
+        """One logged step: into metrics/rank{R}.jsonl, then to the live mirrors (if any)."""
+        self.metrics.write(record)
+        self.mirrors.log(record)
 
     def write_status(self) -> None:
         write_json_atomic(self.run.status(self.rank), {
@@ -119,6 +137,7 @@ class RankMonitor:
         self._stop.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=10)  # a beat in flight must not overwrite the final state
+        self.mirrors.close()
         if state:
             self.set_state(state)
         self.metrics.close()

@@ -10,6 +10,7 @@ from typing import Any
 
 from workbench.config import JobConfig
 from workbench.engine.env import DistEnv, pick_device_and_backend
+from workbench.engine.mirrors import Mirrors
 from workbench.engine.monitor import RankMonitor
 from workbench.engine.preempt import PreemptionFlag
 from workbench.engine.tasks import build_task, resolve_factory
@@ -27,6 +28,7 @@ def run_rank(cfg: JobConfig, run_dir: str, factory: Callable[..., Any] | None = 
     run = RunDir(run_dir)
     _set_threads(torch, env.local_world_size, cfg.dist.threads_per_rank)
     monitor = RankMonitor(run, env.rank, env.world_size, attempt, stall_after_s=cfg.dist.stall_after_s).start()
+    monitor.mirrors = Mirrors(cfg, run, env.rank, lambda message: monitor.event("warning", message=message))
     preempted: Any = None
     try:
         with monitor.reporting():

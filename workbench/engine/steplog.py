@@ -45,6 +45,6 @@ class StepLogger:
         values = reduced.tolist()  # a host sync point on GPU
         if record is not None:
             record["loss_reduced"] = values[0] / self.world_size
-            self.monitor.metrics.write(record)
+            self.monitor.log_metrics(record)
         self._stop_seen = self._stop_seen or values[1] > 0
         return self._stop_seen

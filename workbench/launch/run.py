@@ -21,12 +21,13 @@ from workbench.stream import MultiTail, RankFrames
 
 if TYPE_CHECKING:
     import pandas as pd
-    from matplotlib.figure import Figure
 
 STACKS_MAX_BYTES = 1 << 20
 """The most of a rank's stack dump that is read (its end)."""
 # After a rank failed, give the others this long to stop themselves before the job is cancelled.
 STOP_GRACE_S = 10.0
+STRAGGLERS_LIVE_EVERY_S = 15.0
+"""While a run goes, the straggler verdict (over every logged record) is recomputed at most this often."""
 
 
 MAX_WORLD_SIZE = 1 << 16
@@ -75,7 +76,8 @@ class Run:
         """The one incremental reader of every rank's metrics (shared with the dashboard)."""
         self._events = MultiTail(self.dir.folder("events"), schema=EVENT)
         self._summary = EventSummary()
-        self._stragglers: tuple[int, pd.DataFrame] | None = None
+        self._stragglers: tuple[int, pd.DataFrame, float] | None = None
+        self._metrics: tuple[tuple[int, int | None], pd.DataFrame] | None = None
         self._failed_at: float | None = None
         self._config_for_views: JobConfig | None = None
 
@@ -172,9 +174,31 @@ class Run:
     # --- results ---------------------------------------------------------------------------------
     def metrics(self, max_points: int | None = None) -> pd.DataFrame:
         """Every logged step of every rank (rank, step, loss, loss_reduced, lr, step_time_s, ...),
-        read incrementally.  After a requeue, steps trained again keep the newest attempt's row."""
+        read incrementally.  After a requeue, steps trained again keep the newest attempt's row.
+        `time` stays Unix seconds; `wall_time` is it as a datetime (UTC), `elapsed_s` the seconds
+        since the run folder was made and `samples` the samples seen (step x effective batch)."""
+        from workbench.metricview import add_derived
+
         self.metric_frames.poll()
-        return self.metric_frames.frame(max_points)
+        key = (self.metric_frames.version, max_points)
+        if self._metrics is None or self._metrics[0] != key:  # a live view asks every second; often nothing is new
+            frame = add_derived(self.metric_frames.frame(max_points), self.meta.get("created"), self.samples_per_step())
+            self._metrics = (key, frame)
+        return self._metrics[1].copy(deep=False)
+
+    def samples_per_step(self) -> int | None:
+        """The effective batch: rank 0's start event says it, else the config (None in script mode
+        without one)."""
+        start = self.event_summary().start or {}
+        if start.get("effective_batch"):
+            return int(start["effective_batch"])
+        if self.meta.get("script"):
+            return None  # a script's batches are its own business
+        try:
+            t = self.config.train
+        except (OSError, ValueError):
+            return None
+        return t.micro_batch_size * t.grad_accum_steps * self.world_size
 
     def events(self) -> pd.DataFrame:
         from workbench.stream import to_frame
@@ -242,34 +266,73 @@ class Run:
         """What the ranks' own checks said (parameters in sync at the last check, data shards,
         warnings), the stragglers (the same verdict as the report's) and the stalled ranks."""
         found = self.event_summary().health()
-        slow = self.stragglers()
+        live = status is not None and not status.done
+        slow = self.stragglers(max_age_s=STRAGGLERS_LIVE_EVERY_S if live else 0.0)
         found["stragglers"] = dict(zip(slow["rank"].astype(int).tolist(), slow["slower_by"].astype(float).tolist()))
         found["stalled_ranks"] = [r.rank for r in (status or self.status()).ranks if r.stalled or r.silent]
         return found
 
-    def stragglers(self) -> pd.DataFrame:
+    def stragglers(self, max_age_s: float = 0.0) -> pd.DataFrame:
         """Ranks whose own work per step exceeds the others' median by more than
         dist.straggler_threshold (workbench.analysis.stragglers over every logged step): the one
-        verdict the dashboard's health line, `workbench show` and the report give."""
+        verdict the dashboard's health line, `workbench show` and the report give.  A live view may
+        accept a verdict up to `max_age_s` old, computed over 2,000 evenly spaced steps per rank (all
+        records are costly on a long, wide run); a finished run's verdict is always computed over all
+        of its records."""
         from workbench.analysis import stragglers
 
         self.metric_frames.poll()
         version = self.metric_frames.version
-        if self._stragglers is None or self._stragglers[0] != version:
-            found = stragglers(self.metric_frames.frame(), self._settings().dist.straggler_threshold)
-            self._stragglers = (version, found)
-        return self._stragglers[1]
+        cached = self._stragglers
+        fresh = cached is not None and (cached[0] == version or time.monotonic() - cached[2] < max_age_s)
+        if cached is None or not fresh:
+            # live: medians over 2,000 evenly spaced steps per rank (the same medians, a fraction of the cost)
+            frame = self.metric_frames.frame(2000 if max_age_s > 0 else None)
+            cached = (version, stragglers(frame, self._settings().dist.straggler_threshold), time.monotonic())
+            self._stragglers = cached
+        return cached[1]
 
     def stacks(self) -> dict[int, str]:
         """Python stack dumps of ranks that stalled (rank -> text), written by the ranks themselves."""
         return {r: _read_text(self.dir.stacks(r), STACKS_MAX_BYTES) for r in range(self.world_size)
                 if self.dir.stacks(r).exists()}
 
-    def plot(self, **kwargs: Any) -> Figure:
-        """Loss per rank and reduced loss (matplotlib)."""
+    def evals(self) -> pd.DataFrame:
+        """The validation results (eval events: step, time, val_loss, val_<metric>, ...), with the
+        metrics' elapsed_s and samples columns."""
+        from workbench.metricview import add_derived
+
+        events = self.events()
+        if not len(events) or "event" not in events:
+            return events
+        evals = events[events["event"] == "eval"].dropna(axis=1, how="all").reset_index(drop=True)
+        return add_derived(evals, self.meta.get("created"), self.samples_per_step())
+
+    def plot(self, interactive: bool = False, **options: Any) -> Any:
+        """The run's panels (matplotlib Figure): loss per rank and reduced, validation metrics, lr,
+        step time, throughput, peak memory.  Options: x="step"|"samples"|"elapsed_s", log_y,
+        smooth (EMA weight 0-0.99), ranks, theme="light"|"dark".  interactive=True gives a widget
+        with zoom, pan, hover values and those controls (workbench.ui.MetricsPlot)."""
+        if interactive:
+            from workbench.ui.plotview import MetricsPlot
+
+            return MetricsPlot(self, **options)
         from workbench.plots import plot_run
 
-        return plot_run(self.metrics(), **kwargs)
+        return plot_run(self.metrics(), evals=self.evals(), **options)
+
+    def to_tensorboard(self, logdir: str | Path) -> Path:
+        """Every rank's scalars into `logdir`/rank{R} (TensorBoard event files), eval results into
+        rank0; `tensorboard --logdir LOGDIR` shows them (workbench.exporters)."""
+        from workbench.exporters import to_tensorboard
+
+        return to_tensorboard(self, logdir)
+
+    def export_metrics(self, path: str | Path | None = None, format: str | None = None) -> Path:
+        """Every rank's metrics as CSV or Parquet (by the file's suffix; default <run>/exports/metrics.csv)."""
+        from workbench.exporters import export_metrics
+
+        return export_metrics(self, path, format)
 
     def dashboard(self, **kwargs: Any) -> Any:
         from workbench.ui.dashboard import Dashboard

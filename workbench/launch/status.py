@@ -4,9 +4,12 @@ dashboard and the report all show this object, so they cannot disagree."""
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from workbench.rankstate import ACTIVE, liveness
 from workbench.rundir import RunDir
@@ -17,6 +20,9 @@ if TYPE_CHECKING:
 TERMINAL = ("finished", "failed", "cancelled")
 RATE_WINDOW_S = 30.0
 """The step rate (and so the ETA) is measured over this much of the latest logged time."""
+RATE_MIN_RECORDS = 6
+"""...and over at least this many of a rank's latest records (when it has them): two records alone
+give a rate that swings with the logging interval."""
 
 
 @dataclass
@@ -51,7 +57,8 @@ class RunStatus:
     total_steps: int | None = None
     job_state: str = ""
     steps_per_s: float | None = None
-    """Steps per second of the slowest rank over the latest RATE_WINDOW_S of logged time."""
+    """Steps per second over the latest RATE_WINDOW_S of logged time (the median of the ranks' rates:
+    DDP ranks move in step, and one rank's hiccup does not swing it)."""
     records: int = 0
     """Metric records the ranks logged so far."""
 
@@ -73,6 +80,18 @@ class RunStatus:
         if not self.total_steps or not self.steps_per_s:
             return None
         return max(0.0, (self.total_steps - self.step) / self.steps_per_s)
+
+    def progress_line(self) -> str:
+        """"running · step 363/1000 (36%) · 12.3 steps/s · ETA 0:00:52": the one line the dashboard,
+        `workbench show` and `workbench run` print, from this one object."""
+        parts = [self.state, f"step {self.step}" + (f"/{self.total_steps}" if self.total_steps else "")]
+        if self.progress is not None:
+            parts[-1] += f" ({self.progress:.0%})"
+        if self.steps_per_s:
+            parts.append(f"{self.steps_per_s:.3g} steps/s")
+        if not self.done:
+            parts.append(format_eta(self.eta_s))
+        return " · ".join(parts)
 
     def frame(self) -> pd.DataFrame:
         import pandas as pd
@@ -146,18 +165,35 @@ def last_steps(frames: dict[int, pd.DataFrame]) -> dict[int, int]:
 
 
 def step_rate(frames: dict[int, pd.DataFrame], window_s: float = RATE_WINDOW_S) -> float | None:
-    """Optimizer steps per second of the slowest rank over its latest `window_s` of logged time.
+    """Optimizer steps per second over the ranks' latest `window_s` of logged time (at least their
+    last RATE_MIN_RECORDS records): the median of the ranks' rates.
 
-    A time window (not a number of records) keeps the rate steady whatever the logging interval
-    and however often it is asked for; it is computed from the files, so every viewer agrees."""
-    timed = [f for f in frames.values() if len(f) >= 2 and {"step", "time"} <= set(f.columns)]
-    if not timed:
+    A time window (not a poll interval) keeps the rate steady whatever the logging interval and
+    however often it is asked for; it is computed from the files, so every viewer agrees."""
+    import statistics
+
+    rates = [r for r in map(lambda f: _rank_rate(f, window_s), frames.values()) if r is not None]
+    return statistics.median(rates) if rates else None
+
+
+def _rank_rate(frame: pd.DataFrame, window_s: float) -> float | None:
+    if len(frame) < 2 or not {"step", "time"} <= set(frame.columns):
         return None
-    slowest = min(timed, key=lambda f: f["step"].iloc[-1])
-    times = slowest["time"].astype(float)
-    recent = slowest[times >= float(times.iloc[-1]) - window_s]
-    if len(recent) < 2:
-        recent = slowest.iloc[-2:]
-    steps = float(recent["step"].iloc[-1] - recent["step"].iloc[0])
-    seconds = float(recent["time"].iloc[-1] - recent["time"].iloc[0])
+    times = frame["time"].to_numpy(float)
+    if times[-1] >= times[0]:  # in time order (as written): find the window's start by bisection
+        first = int(np.searchsorted(times, times[-1] - window_s, side="left"))
+    else:
+        first = int((times < times[-1] - window_s).sum())
+    first = min(first, max(0, len(frame) - RATE_MIN_RECORDS))
+    steps = float(frame["step"].iloc[-1] - frame["step"].iloc[first])
+    seconds = float(times[-1] - times[first])
     return steps / seconds if steps > 0 and seconds > 0 else None
+
+
+def format_eta(seconds: float | None) -> str:
+    """"ETA 1:02:03" ("ETA unknown" while there is no rate yet)."""
+    if seconds is None or not math.isfinite(seconds):
+        return "ETA unknown"
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    return f"ETA {hours}:{rest // 60:02d}:{rest % 60:02d}"

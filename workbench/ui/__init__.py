@@ -20,7 +20,9 @@ except ImportError:
 
 from workbench.ui.dashboard import Dashboard
 from workbench.ui.form import ConfigForm
+from workbench.ui.plotview import MetricsPlot
+from workbench.ui.runs_view import RunsView
 from workbench.ui.scaling_view import ScalingView
 from workbench.ui.workbench_app import Workbench
 
-__all__ = ["ConfigForm", "ScalingView", "Dashboard", "Workbench"]
+__all__ = ["ConfigForm", "ScalingView", "Dashboard", "MetricsPlot", "RunsView", "Workbench"]

@@ -2,8 +2,8 @@
 
 A daemon thread polls the run every `poll_s` seconds and only sets widget traits (values, PNG bytes);
 it never prints into an Output widget, so the kernel stays free and nothing lands in the wrong cell.
-The logic lives in plain Python (`state.read_state` -> DashboardState, `render.LivePlot` -> PNG);
-this module maps it onto widgets.
+The logic lives in plain Python (`state.read_state` -> DashboardState); the plot is a MetricsPlot
+(ipympl: zoom, pan, hover; only the data is redrawn on a refresh); this module maps it onto widgets.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
 
-from workbench.ui.render import LivePlot
-from workbench.ui.state import DashboardState, format_eta, read_state
+from workbench.plots import rank_colour
+from workbench.ui.plotview import MetricsPlot
+from workbench.ui.state import DashboardState, read_state
 
 if TYPE_CHECKING:
     from workbench.launch.run import Run
@@ -31,9 +32,10 @@ LOG_EVERY_S = 2.0
 class Dashboard:
     """Live widgets for `run`; `refresh()` updates once, the poller thread keeps them current."""
 
-    def __init__(self, run: Run, poll_s: float = 1.0, max_points: int = 2000, autostart: bool = True):
-        self.run, self.poll_s, self.max_points = run, poll_s, max_points
-        self.plot = LivePlot(max_points=max_points)
+    def __init__(self, run: Run, poll_s: float = 1.0, max_points: int | None = None, autostart: bool = True):
+        self.run, self.poll_s = run, poll_s
+        self.max_points = max_points or points_per_rank(run.world_size)
+        self.plot = MetricsPlot(max_points=self.max_points)
         self.state: DashboardState | None = None
         self._callbacks: list[Callable[[DashboardState], None]] = []
         self._lock = threading.Lock()
@@ -57,17 +59,24 @@ class Dashboard:
         self.health = w.HTML()
         self.stacks = w.HTML()
         self.report = w.HTML()
-        self.image = w.Image(format="png", layout=w.Layout(max_width="100%"))
         self.failure = w.HTML(layout=w.Layout(display="none"))
         self.error = w.HTML()
-        ranks = list(range(max(1, self.run.world_size)))
-        self.rank_select = w.Dropdown(options=ranks, value=0, description="log of rank",
+        ranks = [(f"rank {r}", r) for r in range(max(1, self.run.world_size))]
+        self.rank_select = w.Dropdown(options=ranks, value=0, description="log of",
                                       layout=w.Layout(width="200px"))
         self.rank_select.observe(lambda _: self._show_log(force=True), names="value")
         self.log = w.HTML()
+        self.downloads = {fmt: w.Button(description=fmt.upper(), icon="download", layout=w.Layout(width="100px"),
+                                        tooltip=f"every rank's metrics as {fmt.upper()} (Run.export_metrics)")
+                          for fmt in ("csv", "parquet")}
+        for fmt, button in self.downloads.items():
+            button.on_click(lambda _b, fmt=fmt: self.download(fmt))
+        self.download_link = w.HTML()
         header = w.HBox([self.title, self.progress, self.eta, self.cancel_button])
-        self.widget = w.VBox([header, self.badges, self.health, self.image, self.failure, self.stacks,
-                              self.report, self.rank_select, self.log, self.error])
+        metrics = w.HBox([w.HTML("metrics:"), *self.downloads.values(), self.download_link],
+                         layout=w.Layout(align_items="center"))
+        self.widget = w.VBox([header, self.badges, self.health, self.plot.widget, metrics, self.failure,
+                              self.stacks, self.report, self.rank_select, self.log, self.error])
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         return self.widget._repr_mimebundle_(**kwargs)
@@ -120,6 +129,16 @@ class Dashboard:
             callback(state)
         return state
 
+    def download(self, fmt: str) -> None:
+        """Write the metrics as CSV or Parquet into the run folder and offer them as a download link."""
+        try:
+            path = self.run.export_metrics(format=fmt)
+        except (ImportError, OSError, ValueError) as exc:
+            text = html.escape(str(exc))
+            self.download_link.value = f"<span style='color:var(--jp-ui-font-color1,#222)'>✘ {text}</span>"
+            return
+        self.download_link.value = download_html(path)
+
     def cancel(self) -> None:
         self.run.cancel()
         self.cancel_button.disabled = True
@@ -132,7 +151,7 @@ class Dashboard:
         self.health.value = health_html(state.health)
         self.stacks.value = stacks_html(state.stacks)
         if self.run.metric_frames.version != self._plot_version:
-            self.image.value = self.plot.render(state.frame, state.total_steps)
+            self.plot.show(state.frame, state.evals)
             self._plot_version = self.run.metric_frames.version
         self._show_failure(state)
         self._show_log(force=state.done)
@@ -154,7 +173,8 @@ class Dashboard:
         if not state.failure:
             self.failure.layout.display = "none"
             return
-        if self.failure.layout.display == "none" and state.failed_rank in self.rank_select.options:
+        ranks = [value for _, value in self.rank_select.options]
+        if self.failure.layout.display == "none" and state.failed_rank in ranks:
             self.rank_select.value = state.failed_rank  # once: show the failing rank's log too
         self.failure.value = failure_html(state)
         self.failure.layout.display = ""
@@ -163,15 +183,44 @@ class Dashboard:
         if not force and time.monotonic() - self._log_read_at < LOG_EVERY_S:
             return
         self._log_read_at = time.monotonic()
-        text = self.run.logs(int(self.rank_select.value), tail_bytes=LOG_TAIL_BYTES)
-        self.log.value = log_html(text)
+        rank = int(self.rank_select.value)
+        self.log.value = log_html(self.run.logs(rank, tail_bytes=LOG_TAIL_BYTES), rank)
+
+
+POINTS_IN_VIEW = 16_000
+"""Rows the live view keeps over all ranks: a panel is ~330 px wide, and a refresh's cost (reading,
+the median band, drawing) grows with rows.  64 ranks get 300 points each; 2 ranks 2,000."""
+
+
+def points_per_rank(world_size: int) -> int:
+    return max(300, min(2000, POINTS_IN_VIEW // max(1, world_size)))
+
+
+DOWNLOAD_INLINE_BYTES = 20 * 2**20
+"""Files up to this size are offered as a link carrying the data; larger ones by their path only."""
+
+
+def download_html(path: Any) -> str:
+    """A link that downloads `path` from the browser (small files), and where it lies."""
+    import base64
+    from pathlib import Path
+
+    path = Path(path)
+    size = path.stat().st_size
+    where = f"<code>{html.escape(str(path))}</code> ({size / 2**20:.1f} MiB)"
+    if size > DOWNLOAD_INLINE_BYTES:
+        return f"<span style='color:var(--jp-ui-font-color1,#222)'>written to {where}</span>"
+    mime = "text/csv" if path.suffix == ".csv" else "application/octet-stream"
+    data = base64.b64encode(path.read_bytes()).decode()
+    return (f"<a class='wb-download' download='{html.escape(path.name)}' href='data:{mime};base64,{data}' "
+            f"style='color:var(--jp-content-link-color,#1976d2)'>download {html.escape(path.name)}</a> "
+            f"<span style='color:var(--jp-ui-font-color1,#222)'>· {where}</span>")
 
 
 def progress_text(state: DashboardState) -> str:
-    total = f"/{state.total_steps}" if state.total_steps else ""
-    rate = f" · {state.steps_per_s:.2f} steps/s" if state.steps_per_s else ""
-    eta = "" if state.done else f" · {format_eta(state.eta_s)}"
-    return f"<span><b>{html.escape(state.state)}</b> · step {state.step}{total}{rate}{eta}</span>"
+    """The status's own progress line (the one `workbench show` prints), state in bold."""
+    head, _, rest = state.line.partition(" · ")
+    return f"<span class='wb-progress'><b>{html.escape(head)}</b> · {html.escape(rest)}</span>"
 
 
 def badges_html(state: DashboardState) -> str:
@@ -181,9 +230,10 @@ def badges_html(state: DashboardState) -> str:
         silent = " · ⚠ silent (no heartbeat: hung?)" if b.silent else ""
         silent += " · ⏸ stalled" if b.stalled else ""
         title = f"rank {b.rank}: {b.state} at step {b.step}, last heartbeat {age or 'never'}"
-        spans.append(
+        spans.append(  # background: the state's colour; left edge: the rank's line colour in the plots
             f'<span class="wb-badge wb-{html.escape(b.state)}" title="{html.escape(title)}" '
-            f'style="background:{b.colour};color:white;border-radius:4px;padding:2px 6px;margin-right:4px">'
+            f'style="background:{b.colour};color:white;border-radius:4px;padding:2px 6px;margin:0 4px 2px 0;'
+            f'border-left:7px solid {rank_colour(b.rank)};display:inline-block">'
             f"rank {b.rank}: {html.escape(b.state)} @ {b.step}{' · ' + age if age else ''}{silent}</span>")
     return "".join(spans) or "<span>no ranks yet</span>"
 
@@ -227,7 +277,11 @@ def failure_html(state: DashboardState) -> str:
             f"{html.escape(state.failure)}</pre></div>")
 
 
-def log_html(text: str) -> str:
+LOG_STYLE = ("max-height:220px;overflow:auto;font-size:80%;padding:4px 6px;margin:0;"
+             "background:var(--jp-layout-color2,#eee);color:var(--jp-content-font-color1,#222)")
+"""The theme's own pair (readable in light and dark themes)."""
+
+
+def log_html(text: str, rank: int = 0) -> str:
     body = html.escape(text) if text else "(no output yet)"
-    return (f"<pre style='max-height:220px;overflow:auto;font-size:80%;background:#f7f7f7;"
-            f"padding:4px'>{body}</pre>")
+    return (f"<pre class='wb-log' style='{LOG_STYLE};border-left:5px solid {rank_colour(rank)}'>{body}</pre>")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import types
 import typing
 from dataclasses import dataclass
@@ -18,7 +19,8 @@ from typing import Any, Literal, Union
 from workbench.config import JobConfig
 from workbench.configtypes import yaml_load
 
-# kind -> widget: choice -> Dropdown, bool -> Checkbox, int -> IntText; float, text and yaml -> Text.
+# kind -> widget: choice -> Dropdown, bool -> Checkbox; int, float, text and yaml -> Text (an IntText would
+# turn a typed 2.5 into 25 and silently drop 'abc'; a Text is parsed strictly and says what is wrong).
 KINDS = ("choice", "bool", "int", "float", "text", "yaml")
 
 
@@ -95,8 +97,10 @@ def to_widget(spec: FieldSpec, value: Any) -> Any:
     """The widget value showing config value `value`."""
     if value is None:
         return "" if spec.kind in ("choice", "float", "text", "yaml") else value
-    if spec.kind in ("choice", "bool", "int"):
+    if spec.kind in ("choice", "bool"):
         return value
+    if spec.kind == "int":
+        return str(value)
     if spec.kind == "float":
         return repr(float(value))  # 5e-05 stays 5e-05 (a FloatText would round it)
     if spec.kind == "text":
@@ -110,9 +114,11 @@ def from_widget(spec: FieldSpec, raw: Any) -> tuple[Any, str | None]:
     """(plain value for from_dict, problem) from a widget value; problem names the field and the fix."""
     if spec.kind == "choice" and spec.optional and raw == "":
         return None, None
-    if spec.kind in ("choice", "bool", "int"):
+    if spec.kind in ("choice", "bool"):
         return raw, None
     text = str(raw).strip()
+    if spec.kind == "int":
+        return parse_int(spec, text)
     if text == "":
         if spec.container is not None:
             return spec.container(), None
@@ -120,6 +126,14 @@ def from_widget(spec: FieldSpec, raw: Any) -> tuple[Any, str | None]:
     if spec.kind in ("float", "text"):
         return text, None  # from_dict accepts "5e-5" for floats and says why not for "abc"
     return _parse_yaml(spec, text)
+
+
+def parse_int(spec: FieldSpec, text: str) -> tuple[Any, str | None]:
+    """A whole number, strictly: "2.5", "abc", "1e3" and "" are problems, never 25 or the old value."""
+    if re.fullmatch(r"[+-]?\d+", text):
+        return int(text), None
+    shown = repr(text) if text else "nothing"
+    return None, f"{spec.path}: expected a whole number (e.g. 4), got {shown}"
 
 
 def _parse_yaml(spec: FieldSpec, text: str) -> tuple[Any, str | None]:

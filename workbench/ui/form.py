@@ -23,6 +23,9 @@ from workbench.ui.fields import (
 )
 
 INVALID_BORDER = "2px solid #d9534f"
+ERROR_STYLE = ("color:var(--jp-ui-font-color1,#222);border-left:3px solid #d9534f;padding:0 6px;"
+               "font-size:90%;white-space:normal")
+"""Problem text in the theme's own font colour (readable light or dark), marked red at its edge."""
 _DESCRIPTION = {"description_width": "190px"}
 
 
@@ -34,31 +37,34 @@ def make_widget(spec: FieldSpec, value: Any) -> w.ValueWidget:
         return w.Dropdown(options=options, value=to_widget(spec, value), **common)
     if spec.kind == "bool":
         return w.Checkbox(value=value, indent=True, **common)
-    if spec.kind == "int":
-        return w.IntText(value=value, **common)
     placeholder = "empty = none" if spec.optional else ""
     return w.Text(value=to_widget(spec, value), placeholder=placeholder, **common)
 
 
 class FieldRow:
-    """One field: its widget, a ❌ mark with the problem, and the doc in small grey text."""
+    """One field: its widget, a ❌ mark, the doc in small muted text, and the problem written under it."""
 
     def __init__(self, spec: FieldSpec, value: Any):
         self.spec = spec
         self.widget = make_widget(spec, value)
         self.mark = w.HTML(layout=w.Layout(width="24px"))
-        doc = w.HTML(f'<span style="color:#777;font-size:85%">{html.escape(spec.doc)}</span>',
-                     layout=w.Layout(flex="1 1 auto", width="auto"))
-        self.box = w.HBox([self.widget, self.mark, doc])
+        doc = w.HTML(f'<span style="color:var(--jp-ui-font-color2,#666);font-size:85%">{html.escape(spec.doc)}'
+                     "</span>", layout=w.Layout(flex="1 1 200px", width="auto", min_width="200px"))
+        self.error = w.HTML(layout=w.Layout(display="none", margin="0 0 4px 194px"))
+        line = w.HBox([self.widget, self.mark, doc], layout=w.Layout(flex_flow="row wrap"))
+        self.box = w.VBox([line, self.error])
 
     def set(self, value: Any) -> None:
         self.widget.value = to_widget(self.spec, value)
 
     def show(self, problems: list[str]) -> None:
-        """Mark the widget invalid (red border, ❌ with the messages as tooltip) or clear the mark."""
+        """Mark the widget invalid (red border, ❌) and write the problems under it, or clear them."""
         self.widget.layout.border = INVALID_BORDER if problems else ""
         title = html.escape("\n".join(problems), quote=True)
         self.mark.value = f'<span title="{title}">❌</span>' if problems else ""
+        self.error.value = "".join(f'<div class="wb-field-error" style="{ERROR_STYLE}">{html.escape(p)}</div>'
+                                   for p in problems)
+        self.error.layout.display = "" if problems else "none"
 
 
 class ConfigForm:
@@ -71,6 +77,7 @@ class ConfigForm:
         self.last_valid: JobConfig | None = None
         self._problems: list[str] = []
         self._callbacks: list[Callable[[JobConfig], None]] = []
+        self._checked: list[Callable[[list[str]], None]] = []
         self._holding = False
         self._build_widgets()
         for row in self.rows.values():
@@ -128,6 +135,10 @@ class ConfigForm:
         """Call `callback(cfg)` whenever the form holds a new valid config."""
         self._callbacks.append(callback)
 
+    def observe_problems(self, callback: Callable[[list[str]], None]) -> None:
+        """Call `callback(problems)` after every check of the form (an empty list: valid)."""
+        self._checked.append(callback)
+
     def load_yaml(self, path: str | Path) -> JobConfig:
         cfg = JobConfig.from_yaml(Path(path))
         self.set_config(cfg)
@@ -171,6 +182,8 @@ class ConfigForm:
             self.last_valid = cfg
             for callback in list(self._callbacks):
                 callback(cfg)
+        for checked in list(self._checked):
+            checked(self.problems)
 
     def show_problems(self, problems: list[str], title: str = "") -> None:
         """List `problems` under the form and mark the fields they name."""
@@ -207,13 +220,15 @@ class ConfigForm:
 
 def problems_html(problems: list[str], title: str = "") -> str:
     if not problems:
-        return _status("✓ the config is valid", ok=True)
+        return _status("the config is valid", ok=True)
     items = "".join(f"<li>{html.escape(p)}</li>" for p in problems)
     head = html.escape(title or f"{len(problems)} problem(s) in the job config:")
-    return (f'<div class="wb-problems" style="color:#a94442;border:1px solid #d9534f;padding:4px 8px">'
+    return (f'<div class="wb-problems" style="color:var(--jp-ui-font-color1,#222);border:1px solid #d9534f;'
+            f'border-left-width:4px;padding:4px 8px">'
             f"<b>{head}</b><ul style='margin:2px 0'>{items}</ul></div>")
 
 
 def _status(text: str, ok: bool) -> str:
-    colour = "#3c763d" if ok else "#a94442"
-    return f'<span style="color:{colour}">{html.escape(text)}</span>'
+    """A status message in the theme's font colour (readable light and dark), a coloured mark before it."""
+    mark = '<b style="color:#2e7d32">✓</b>' if ok else '<b style="color:#d32f2f">✘</b>'
+    return f'<span style="color:var(--jp-ui-font-color1,#222)">{mark} {html.escape(text)}</span>'

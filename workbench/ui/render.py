@@ -1,173 +1,234 @@
-"""PNG frames of the run figure for a live view, cheap enough to redraw every poll.
+"""A live matplotlib figure that is cheap to refresh: only the data is redrawn, over a cached background.
 
-The figure is drawn by ``workbench.plots.plot_run`` (once, and again whenever the set of ranks or
-panels changes).  Later frames reuse its Figure and Axes: line data is updated in place, and while
-every line still fits the axis limits only the lines are drawn, over a cached background (axes,
-ticks, titles, legend), each line reduced to the min and max of every pixel column it covers
-(it looks the same; Agg's cost grows with vertices).  Limits get headroom (x up to the run's total
-steps), so the full redraw with text layout - most of matplotlib's cost - happens only now and then.
-Agg canvas, no pyplot.
+The panels are drawn by ``workbench.plots`` (``draw_data`` + ``decorate``).  A full draw (axes,
+ticks, titles, legends: text layout is most of matplotlib's cost) happens when the options or the
+legend change, or when new data leaves the axis limits (which get headroom); in between, each
+refresh removes the old data artists, draws the new ones over the cached background and blits.
+On the ipympl canvas (the dashboard's widget) a blit sends only the changed pixels to the browser,
+and zoom, pan and the toolbar work as usual: an axis the user zoomed keeps its limits.
 """
 
 from __future__ import annotations
 
-import io
-import math
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from workbench.plots import PANELS, plot_run
+from workbench.plots import PANELS, PlotOptions, decorate, draw_data, theme_rc
 
 if TYPE_CHECKING:
     import pandas as pd
 
-Series = dict[str, tuple[np.ndarray, np.ndarray]]
 Limits = tuple[tuple[float, float], tuple[float, float]]
+_NUMBERS = iter(range(10**6, 10**9))  # figure numbers for ipympl managers (never registered with pyplot)
 
 
-def line_series(parts: dict[Any, pd.DataFrame], column: str) -> Series:
-    """The lines plot_run draws for `column`, by label: "rank R" per rank, plus "reduced" for loss."""
-    if not parts or any(column not in p for p in parts.values()):
-        return {}
-    out = {f"rank {r}": (p["step"].to_numpy(float), p[column].to_numpy(float)) for r, p in parts.items()}
-    if column == "loss" and "loss_reduced" in next(iter(parts.values())):
-        first = parts[min(parts)]
-        out["reduced"] = (first["step"].to_numpy(float), first["loss_reduced"].to_numpy(float))
-    return out
-
-
-class LivePlot:
-    """Renders metric frames to PNG bytes, redrawing only what changed."""
-
-    def __init__(self, panels: Sequence[str] = PANELS, max_points: int = 2000, dpi: int = 72,
-                 figsize: tuple[float, float] | None = None):
-        self.panels, self.max_points = tuple(panels), max_points
-        self.figsize, self.dpi = figsize or (4.2 * len(self.panels), 3.2), dpi
-        self.fig: Any = None  # made on the first render: importing matplotlib takes a while
-        self.canvas: Any = None
-        self._key: Any = None
-        self._lines: list[dict[str, Any]] = []
-        self._static = False
-        self._background: Any = None
-        self.full_draws = 0
-        self.line_draws = 0
-
-    def render(self, frame: pd.DataFrame, total_steps: int | None = None) -> bytes:
-        if self.fig is None:
-            self._make_figure()
-        parts = dict(tuple(frame.groupby("rank"))) if len(frame) and "rank" in frame else {}
-        series = [line_series(parts, column) for column in self.panels]
-        key = tuple(tuple(s) for s in series)
-        if key != self._key:
-            self._rebuild(frame, key, series)
-        if self._static:
-            plot_run(frame, self.panels, self.max_points, fig=self.fig)
-            self.canvas.draw()
-            return self.png()
-        stale = [_limits(s, ax.get_xlim(), ax.get_ylim(), total_steps) for s, ax in zip(series, self.fig.axes)]
-        if self._background is None or any(lim is not None for lim in stale):
-            self._full_draw(series, total_steps)
-        else:
-            self.canvas.restore_region(self._background)
-            self.line_draws += 1
-        self._draw_lines(series)
-        return self.png()
-
-    def _make_figure(self) -> None:
+def make_canvas(fig: Any, interactive: bool) -> Any:
+    """An ipympl Canvas widget for `fig` (zoom, pan, hover), or a plain Agg canvas."""
+    if not interactive:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        return FigureCanvasAgg(fig)
+    try:
+        from ipympl.backend_nbagg import Canvas, FigureManager
+    except ImportError:
+        raise ImportError("interactive plots need ipympl, which is not installed: pip install \"workbench[lab]\" "
+                          "(or ipympl)") from None
+    canvas = Canvas(fig)
+    FigureManager(canvas, next(_NUMBERS))  # the toolbar and the message plumbing, outside pyplot
+    canvas.header_visible = False
+    canvas.footer_visible = True  # the toolbar's message: the x and y under the cursor
+    canvas.resizable = False
+    canvas.toolbar_position = "left"
+    return canvas
+
+
+class LiveFigure:
+    """The run's panels on one canvas; `update()` redraws what changed and says how."""
+
+    def __init__(self, interactive: bool = False, figsize: tuple[float, float] = (11.0, 6.2), dpi: int = 90):
         from matplotlib.figure import Figure
 
-        self.fig = Figure(figsize=self.figsize, dpi=self.dpi, layout="constrained")
-        self.canvas = FigureCanvasAgg(self.fig)
+        self.fig = Figure(figsize=figsize, dpi=dpi, layout="constrained")
+        self.canvas = make_canvas(self.fig, interactive)
+        self.opts: PlotOptions | None = None
+        self.full_draws = 0
+        self.line_draws = 0
+        self._lock = threading.RLock()  # the poller thread and the kernel's draw (a zoom) share the renderer
+        self._data: list[list[Any]] = []
+        self._labels: list[tuple[str, ...]] = []
+        self._set: list[Limits] = []
+        self._background: Any = None
+        draw = self.canvas.draw
+        self.canvas.draw = lambda *a, **k: self._locked(draw, *a, **k)
+        self.canvas.mpl_connect("draw_event", self._on_draw)
 
-    def _rebuild(self, frame: pd.DataFrame, key: Any, series: list[Series]) -> None:
-        plot_run(frame, self.panels, self.max_points, fig=self.fig)
-        self._lines = [{line.get_label(): line for line in ax.get_lines()} for ax in self.fig.axes]
-        # Lines not where line_series expects them (plot_run changed): redraw everything each time.
-        self._static = [set(lines) for lines in self._lines] != [set(s) for s in series]
-        for lines in self._lines:
-            for line in lines.values():
-                line.set_animated(not self._static)  # drawn over the cached background, not with it
-        self._key, self._background = key, None
+    def _locked(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return fn(*args, **kwargs)
 
-    def _full_draw(self, series: list[Series], total_steps: int | None) -> None:
-        for ax, lines_data in zip(self.fig.axes, series):
-            if lines_data:
-                xlim, ylim = _wanted(lines_data, total_steps)
-                ax.set_xlim(xlim)
-                ax.set_ylim(ylim)
-        self.canvas.draw()  # animated lines are left out: this is the background
-        self._background = self.canvas.copy_from_bbox(self.fig.bbox)
+    # --- refresh ---------------------------------------------------------------------------------
+    def update(self, frame: pd.DataFrame, evals: pd.DataFrame | None, opts: PlotOptions) -> str:
+        """"full" (everything drawn), "lines" (data only, over the background)."""
+        with self._lock, theme_rc(opts.theme):
+            if opts != self.opts or not self._data:
+                return self._rebuild(frame, evals, opts)
+            for artists in self._data:
+                for artist in artists:
+                    artist.remove()
+            self._data = [draw_data(ax, p, frame, evals, opts) for ax, p in zip(self.fig.axes, opts.panels)]
+            if [_labels(a) for a in self._data] != self._labels:
+                return self._rebuild(frame, evals, opts)  # the legend changes (an outlier rank appeared)
+            if self._fit_limits() or self._background is None:
+                self._full_draw()
+                return "full"
+            self.canvas.restore_region(self._background)
+            self._draw_data()
+            self.canvas.blit(self.fig.bbox)
+            self.line_draws += 1
+            return "lines"
+
+    def _rebuild(self, frame: pd.DataFrame, evals: pd.DataFrame | None, opts: PlotOptions) -> str:
+        from workbench.plots import THEMES
+
+        self.opts = opts
+        self.fig.clear()
+        self.fig.set_layout_engine("constrained")
+        self.fig.set_facecolor(THEMES[opts.theme]["figure.facecolor"])
+        ncols = min(3, len(opts.panels))
+        axes = self.fig.subplots(-(-len(opts.panels) // ncols), ncols, squeeze=False).ravel()
+        for ax in axes[len(opts.panels):]:
+            ax.set_visible(False)
+        self._data = [draw_data(ax, p, frame, evals, opts) for ax, p in zip(axes, opts.panels)]
+        for ax, panel in zip(axes, opts.panels):
+            decorate(ax, panel, frame, evals, opts)
+        self._labels = [_labels(a) for a in self._data]
+        self._set = []
+        self._fit_limits()
+        self._full_draw()
+        self.fig.set_layout_engine("none")  # laid out once: later draws skip the layout pass
+        return "full"
+
+    def _full_draw(self) -> None:
+        for artists in self._data:
+            for artist in artists:
+                artist.set_animated(True)  # left out of the background, drawn over it
+        self.canvas.draw()  # _on_draw caches the background and draws the data
         self.full_draws += 1
 
-    def _draw_lines(self, series: list[Series]) -> None:
-        for ax, lines, lines_data in zip(self.fig.axes, self._lines, series):
-            for label, (x, y) in lines_data.items():
-                lines[label].set_data(*envelope(x, y, _pixel_columns(ax, x)))
-                ax.draw_artist(lines[label])
+    def _on_draw(self, _event: Any) -> None:
+        """After any full draw (ours, or the toolbar's zoom): cache the background, draw the data."""
+        with self._lock:
+            self._background = self.canvas.copy_from_bbox(self.fig.bbox)
+            self._draw_data()
+
+    def _draw_data(self) -> None:
+        for ax, artists in zip(self.fig.axes, self._data):
+            for artist in artists:
+                ax.draw_artist(artist)
+
+    # --- limits ----------------------------------------------------------------------------------
+    def _fit_limits(self) -> bool:
+        """Give each axis the user has not zoomed limits with headroom when its data left them;
+        returns whether any changed."""
+        changed = False
+        visible = [ax for ax in self.fig.axes if ax.get_visible()]
+        if len(self._set) != len(visible):
+            self._set = [((np.nan, np.nan), (np.nan, np.nan))] * len(visible)
+        for i, (ax, artists) in enumerate(zip(visible, self._data)):
+            now = (ax.get_xlim(), ax.get_ylim())
+            if self._set[i][0][0] == self._set[i][0][0] and now != self._set[i]:
+                continue  # the user zoomed or panned this axis: leave it
+            span = data_span(ax, artists)
+            if span is None:
+                continue
+            if not _fits(now, span) or self._set[i][0][0] != self._set[i][0][0]:
+                wanted = with_headroom(span, ax.get_yscale() == "log")
+                ax.set_xlim(wanted[0])
+                ax.set_ylim(wanted[1])
+                self._set[i] = (ax.get_xlim(), ax.get_ylim())
+                changed = True
+        return changed
+
+    def zoomed(self) -> list[bool]:
+        """Per axis: whether the user zoomed or panned it (its limits are not the ones set here)."""
+        visible = [ax for ax in self.fig.axes if ax.get_visible()]
+        return [(ax.get_xlim(), ax.get_ylim()) != limits for ax, limits in zip(visible, self._set)]
 
     def png(self) -> bytes:
-        from PIL import Image
+        import io
 
-        image = Image.fromarray(np.asarray(self.canvas.buffer_rgba())).convert("RGB")
         out = io.BytesIO()
-        image.save(out, format="png", compress_level=1)
+        with self._lock:
+            self.fig.savefig(out, format="png", dpi=self.fig.dpi)
         return out.getvalue()
 
 
-def envelope(x: np.ndarray, y: np.ndarray, columns: int) -> tuple[np.ndarray, np.ndarray]:
-    """At most ~2 points per pixel column: each column's min and max, in order (looks the same)."""
-    n = len(y)
-    if columns < 1 or n <= 4 * columns:
-        return x, y
-    k = -(-n // columns)
-    m = (n // k) * k
-    chunks = y[:m].reshape(-1, k)
-    lows = np.argmin(np.where(np.isnan(chunks), np.inf, chunks), axis=1)
-    highs = np.argmax(np.where(np.isnan(chunks), -np.inf, chunks), axis=1)
-    starts = np.arange(len(chunks)) * k
-    keep = np.unique(np.concatenate([[0], starts + lows, starts + highs, np.arange(m, n), [n - 1]]))
-    return x[keep], y[keep]
+def with_options(opts: PlotOptions | None, **changes: Any) -> PlotOptions:
+    return replace(opts or PlotOptions(panels=PANELS), **changes)
 
 
-def _pixel_columns(ax: Any, x: np.ndarray) -> int:
-    """How many pixel columns the data's x range covers in `ax`."""
-    lo, hi = ax.get_xlim()
-    if not len(x) or hi <= lo:
-        return 0
-    return int(math.ceil(ax.bbox.width * (float(np.nanmax(x)) - float(np.nanmin(x))) / (hi - lo)))
+def _labels(artists: list[Any]) -> tuple[str, ...]:
+    return tuple(str(a.get_label()) for a in artists if not str(a.get_label()).startswith("_"))
 
 
-def _span(values: list[np.ndarray]) -> tuple[float, float] | None:
-    finite = [v[np.isfinite(v)] for v in values]
-    finite = [v for v in finite if v.size]
-    if not finite:
+def data_span(ax: Any, artists: list[Any]) -> Limits | None:
+    """The x and y range of the artists' data (finite values; positive ones on a log axis)."""
+    xs, ys = [], []
+    for artist in artists:
+        if hasattr(artist, "get_xdata"):
+            xs.append(np.asarray(artist.get_xdata(), float))
+            ys.append(np.asarray(artist.get_ydata(), float))
+        elif hasattr(artist, "get_datalim"):
+            box = artist.get_datalim(ax.transData)
+            xs.append(np.array([box.x0, box.x1]))
+            ys.append(np.array([box.y0, box.y1]))
+    x = np.concatenate(xs) if xs else np.array([])
+    y = np.concatenate(ys) if ys else np.array([])
+    x, y = x[np.isfinite(x)], y[np.isfinite(y)]
+    if ax.get_yscale() == "log":
+        y = y[y > 0]
+    if not x.size or not y.size:
         return None
-    return float(min(v.min() for v in finite)), float(max(v.max() for v in finite))
+    return (float(x.min()), float(x.max())), (float(y.min()), float(y.max()))
 
 
-def _wanted(series: Series, total_steps: int | None) -> Limits:
-    """Axis limits with headroom: x to the total steps (or 25% past the data), y padded 8%."""
-    xs = _span([x for x, _ in series.values()]) or (0.0, 1.0)
-    ys = _span([y for _, y in series.values()]) or (0.0, 1.0)
-    x_hi = float(total_steps) if total_steps and total_steps >= xs[1] else xs[0] + 1.25 * (xs[1] - xs[0])
-    x_hi = max(x_hi, xs[0] + 1.0)
-    pad = (ys[1] - ys[0]) * 0.08 or max(abs(ys[1]) * 0.05, 1e-6)
-    return (xs[0], x_hi), (ys[0] - pad, ys[1] + pad)
+def with_headroom(span: Limits, log_y: bool) -> Limits:
+    """x: 25% past the data (fewer full draws while a run grows), 2% before it; y: 8% padding."""
+    (x0, x1), (y0, y1) = span
+    width = max(x1 - x0, 1.0)
+    x_lo, x_hi = x0 - 0.02 * width, x0 + 1.25 * width
+    if log_y:
+        return (x_lo, x_hi), (y0 / 1.25, y1 * 1.25)
+    pad = (y1 - y0) * 0.08 or max(abs(y1) * 0.05, 1e-6)
+    return (x_lo, x_hi), (y0 - pad, y1 + pad)
 
 
-def _limits(series: Series, xlim: tuple[float, float], ylim: tuple[float, float],
-            total_steps: int | None) -> Limits | None:
-    """None while the current limits still suit the data, else the limits it wants."""
-    if not series:
-        return None
-    xs = _span([x for x, _ in series.values()])
-    ys = _span([y for _, y in series.values()])
-    if xs is None or ys is None:
-        return None
-    want_x, want_y = _wanted(series, total_steps)
-    x_ok = xlim[0] <= xs[0] and xs[1] <= xlim[1] and (xlim[1] - xlim[0]) <= 2 * (want_x[1] - want_x[0])
-    y_ok = ylim[0] <= ys[0] and ys[1] <= ylim[1] and (ylim[1] - ylim[0]) <= 1.6 * (want_y[1] - want_y[0])
-    return None if x_ok and y_ok else (want_x, want_y)
+def _fits(now: Limits, span: Limits) -> bool:
+    (xl, xh), (yl, yh) = now
+    (x0, x1), (y0, y1) = span
+    inside = xl <= x0 and x1 <= xh and yl <= y0 and y1 <= yh
+    too_loose = (yh - yl) > 1.8 * max(y1 - y0, 1e-12) * 1.16 and (y1 - y0) > 0
+    return inside and not too_loose
+
+
+def nearest_point(ax: Any, artists: list[Any], x_px: float, y_px: float, radius_px: float = 25.0) -> str:
+    """"rank 3 · step 1,200 · 0.532": the labelled data point nearest the cursor ("" if none near)."""
+    best: tuple[float, str] = (radius_px**2, "")
+    for artist in artists:
+        label = str(artist.get_gid() or artist.get_label())  # an outlier rank's line: named by its gid
+        if label.startswith("_") or not hasattr(artist, "get_xdata"):
+            continue
+        x = np.asarray(artist.get_xdata(), float)
+        y = np.asarray(artist.get_ydata(), float)
+        if not x.size:
+            continue
+        points = ax.transData.transform(np.column_stack([x, y]))
+        d2 = (points[:, 0] - x_px) ** 2 + (points[:, 1] - y_px) ** 2
+        i = int(np.nanargmin(d2)) if np.isfinite(d2).any() else -1
+        if i >= 0 and d2[i] < best[0]:
+            best = (float(d2[i]), f"{label} · {ax.get_xlabel() or 'x'} {x[i]:,.6g} · {y[i]:.5g}")
+    return best[1]

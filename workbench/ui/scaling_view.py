@@ -17,7 +17,10 @@ if TYPE_CHECKING:
 
 RULE_CHOICES = [("rule from the config", "config"), *[(r, r) for r in RULES], ("compare all rules", "compare")]
 MEASURED = {"samples_per_s": "measured_samples_per_s", "efficiency": "measured_efficiency"}
-SELECTED_STYLE = "background:#fff3b0;font-weight:bold"
+SELECTED_STYLE = ("background:var(--jp-layout-color2,#eee);color:var(--jp-ui-font-color0,#000);font-weight:bold;"
+                  "box-shadow:inset 4px 0 0 #f57c00")
+"""The config's own row: the theme's own contrast pair (readable light and dark), an orange edge."""
+MUTED = "color:var(--jp-ui-font-color2,#666);font-size:85%"
 
 
 def scaling_frame(cfg: JobConfig, world_sizes: list[int], choice: str = "config",
@@ -77,8 +80,9 @@ class ScalingView:
         self.table = w.HTML()
         self.rule.observe(lambda _: self.update(), names="value")
         self.world_sizes.observe(lambda _: self.update(), names="value")
-        form.observe(lambda _cfg: self.update())
-        self.widget = w.VBox([w.HBox([self.rule, self.world_sizes]), self.table, self.note])
+        self.stale = w.HTML()
+        form.observe_problems(lambda _problems: self.update())
+        self.widget = w.VBox([w.HBox([self.rule, self.world_sizes]), self.stale, self.table, self.note])
         self.update()
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
@@ -90,9 +94,12 @@ class ScalingView:
         self.update()
 
     def update(self) -> None:
+        problems = self.form.problems
         cfg = self.form.last_valid
+        self.stale.value = _stale(problems, cfg is not None)
+        self.table.layout.opacity = "0.55" if problems else "1"
         if cfg is None:
-            self.note.value = _note("the config has problems (see the form); showing the last valid table")
+            self.table.value, self.note.value = "", ""
             return
         try:
             sizes = parse_world_sizes(self.world_sizes.value)
@@ -104,13 +111,39 @@ class ScalingView:
         self.note.value = _caption(cfg, self.rule.value)
 
 
+def _stale(problems: list[str], shown: bool) -> str:
+    """Say so when the table is not the form's config (which has problems)."""
+    if not problems:
+        return ""
+    what = ("this table shows the last valid config, not the form's" if shown else
+            "no table: the form has never held a valid config")
+    return _note(f"⚠ {what} ({len(problems)} problem(s) in the form: {problems[0]})")
+
+
 def _caption(cfg: JobConfig, choice: str) -> str:
     rule = {"config": cfg.scaling.rule, "compare": "each"}.get(choice, choice)
-    return ("<span style='color:#777;font-size:85%'>effective batch = micro_batch_size × grad_accum_steps × "
-            f"world_size; lr = base lr × multiplier (rule: {html.escape(rule)}); the highlighted "
-            f"row is the config's own world size ({cfg.world_size}).</span>")
+    row = (f"world size {cfg.world_size} under its rule ({cfg.scaling.rule})" if choice == "compare"
+           else f"world size ({cfg.world_size})")
+    text = (f"effective batch = micro_batch_size × grad_accum_steps × world_size; lr = base lr × multiplier "
+            f"(rule: {html.escape(rule)}); the highlighted row is the config's own {html.escape(row)}.")
+    return f"<span style='{MUTED}'>{text}</span>{accumulation_note(cfg)}"
+
+
+def accumulation_note(cfg: JobConfig) -> str:
+    """With grad accumulation the effective batch grows but the lr rule does not see it: say so."""
+    t = cfg.train
+    if t.grad_accum_steps <= 1:
+        return ""
+    batch = t.micro_batch_size * t.grad_accum_steps * cfg.world_size
+    return (f"<div class='wb-accum-note' style='color:var(--jp-ui-font-color1,#222);border-left:3px solid "
+            f"#f57c00;padding:0 6px;margin-top:4px'>grad_accum_steps = {t.grad_accum_steps} multiplies the "
+            f"effective batch by {t.grad_accum_steps} ({t.micro_batch_size} × {t.grad_accum_steps} × "
+            f"{cfg.world_size} = {batch}), but the lr rule ({html.escape(cfg.scaling.rule)}) keys on world size "
+            f"only (world_size / lr_ref_world_size): the lr is not scaled for accumulation. Set train.lr for "
+            f"this batch yourself if you change grad_accum_steps.</div>")
 
 
 def _note(text: str) -> str:
-    return f"<span style='color:#a94442'>{html.escape(text)}</span>"
+    return (f"<div class='wb-note' style='color:var(--jp-ui-font-color1,#222);border-left:3px solid #d9534f;"
+            f"padding:0 6px'>{html.escape(text)}</div>")
 

@@ -8,13 +8,12 @@ has reached, progress, rate and ETA: workbench.launch.status), its one metrics r
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from workbench.launch.status import RunStatus
+from workbench.launch.status import RunStatus, format_eta  # noqa: F401 - format_eta: re-exported
 
 if TYPE_CHECKING:
     from workbench.launch.run import RankFailure, Run
@@ -62,6 +61,10 @@ class DashboardState:
     """Run.health(): in sync, stragglers, stalled ranks, warnings."""
     stacks: dict[int, str] = field(default_factory=dict)
     """Stack dumps of stalled ranks (rank -> text)."""
+    evals: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """The validation results so far (Run.evals())."""
+    line: str = ""
+    """RunStatus.progress_line(): state, step, progress, rate, ETA, as `workbench show` prints them."""
 
 
 # --- the state -------------------------------------------------------------------------------------
@@ -75,7 +78,7 @@ def dashboard_state(status: RunStatus, failure: RankFailure | None = None, job_d
         status.state, status.done and job_done, status.step, status.total_steps, status.progress, status.eta_s,
         status.steps_per_s, badges, failure_text(failure) if failed else "",
         failure.rank if failure is not None and failed else None,
-        frame if frame is not None else pd.DataFrame(), records)
+        frame if frame is not None else pd.DataFrame(), records, line=status.progress_line())
 
 
 def failure_text(failure: RankFailure | None) -> str:
@@ -88,16 +91,11 @@ def read_state(run: Run, max_points: int) -> DashboardState:
     """Poll the run's files once (through the Run's own readers) and compute the state."""
     status = run.status()
     failure = run.exception(status) if status.state == "failed" else None
-    reader = run.metric_frames
-    state = dashboard_state(status, failure, run.job_done(), reader.frame(max_points), reader.records)
+    frame = run.metrics(max_points)  # the Run's one reader, plus wall_time, elapsed_s and samples
+    state = dashboard_state(status, failure, run.job_done(), frame, run.metric_frames.records)
+    state.evals = run.evals()
     state.health = run.health(status)  # the status just read: no second pass over the files
     state.stacks = run.stacks() if state.health["stalled_ranks"] else {}
     return state
 
 
-def format_eta(seconds: float | None) -> str:
-    if seconds is None or not math.isfinite(seconds):
-        return "ETA unknown"
-    seconds = int(round(seconds))
-    hours, rest = divmod(seconds, 3600)
-    return f"ETA {hours}:{rest // 60:02d}:{rest % 60:02d}"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import html
+import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
@@ -19,7 +21,8 @@ if TYPE_CHECKING:
 
 
 class Workbench:
-    """The whole loop in one widget.  `.run` is the last submitted Run, `.dashboard` its Dashboard."""
+    """The whole loop in one widget.  `.run` is the last submitted Run, `.dashboard` its Dashboard;
+    `.runs` every run submitted from it (the "run" picker shows any one's dashboard)."""
 
     def __init__(self, cfg: JobConfig | None = None, task: Callable[..., Any] | None = None):
         self.task = task
@@ -27,21 +30,47 @@ class Workbench:
         self.scaling = ScalingView(self.form)
         self.run: Run | None = None
         self.dashboard: Dashboard | None = None
+        self.runs: list[Run] = []
+        self.dashboards: dict[str, Dashboard] = {}
+        self._submitting = False
         self.executor = w.ToggleButtons(options=["local", "slurm"], description="executor",
                                         tooltip="launch.executor: where the ranks run")
         w.link((self.executor, "value"), (self.form.widget_for("launch.executor"), "value"))
-        self.submit_button = w.Button(description="Submit", icon="play", button_style="primary")
-        self.submit_button.on_click(lambda _: self.submit())
+        self.submit_button = w.Button(description="Submit", icon="play", button_style="primary",
+                                      tooltip="Submit the form's config (disabled while a submission is in flight)")
+        self.submit_button.on_click(self._on_click)
         self.status = w.HTML(_task_note(task))
+        self.picker = w.Dropdown(description="run", options=[], layout=w.Layout(display="none", width="520px"))
+        self.picker.observe(lambda change: self._show(change["new"]), names="value")
         self.run_box = w.VBox()
-        self.widget = w.VBox([
-            w.HTML("<h4>Config</h4>"), self.form.widget,
-            w.HTML("<h4>Scaling</h4>"), self.scaling.widget,
-            w.HBox([self.executor, self.submit_button]), self.status, self.run_box,
-        ])
+        # Form and table side by side (they wrap below each other on a narrow screen); the form
+        # scrolls in its own box, so the table stays in view while fields are edited.
+        form_box = w.VBox([w.HTML("<h4>Config</h4>"), self.form.widget],
+                          layout=w.Layout(flex="1 1 560px", min_width="420px", max_height="620px", overflow="auto"))
+        side = w.VBox([w.HTML("<h4>Scaling</h4>"), self.scaling.widget,
+                       w.HBox([self.executor, self.submit_button]), self.status],
+                      layout=w.Layout(flex="1 1 440px", min_width="380px", margin="0 0 0 12px"))
+        top = w.HBox([form_box, side], layout=w.Layout(flex_flow="row wrap", align_items="flex-start"))
+        self.widget = w.VBox([top, self.picker, self.run_box])
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         return self.widget._repr_mimebundle_(**kwargs)
+
+    def _on_click(self, _button: Any) -> None:
+        """A click while a submission is in flight does nothing: a double-click makes one run.  The
+        flag is set here, in the kernel's message loop, before the next click message is read."""
+        if self._submitting:
+            return
+        self._submitting = True
+        self.submit_button.disabled, self.submit_button.description = True, "Submitting…"
+        threading.Thread(target=self._submit_in_background, name="workbench-submit", daemon=True).start()
+
+    def _submit_in_background(self) -> None:
+        try:
+            self.submit()
+        finally:
+            self._submitting = False
+            self.submit_button.disabled, self.submit_button.description = False, "Submit"
 
     def submit(self) -> Run | None:
         """Submit the form's config; problems are shown in the form (never raised).  Returns the Run."""
@@ -57,15 +86,26 @@ class Workbench:
         except Exception as exc:  # noqa: BLE001 - a button callback: show it, don't lose it in a log
             self.status.value = _message(f"submit failed: {type(exc).__name__}: {exc}", ok=False)
             return None
-        self._show_run(run)
+        self._add_run(run)
         return run
 
-    def _show_run(self, run: Run) -> None:
-        if self.dashboard is not None:
-            self.dashboard.stop()
-        self.run, self.dashboard = run, Dashboard(run)
-        self.run_box.children = [self.dashboard.widget]
+    def _add_run(self, run: Run) -> None:
+        key = str(run.folder)
+        self.runs.append(run)
+        self.dashboards[key] = Dashboard(run)
+        self.picker.options = [(Path(str(r.folder)).name, str(r.folder)) for r in reversed(self.runs)]
+        self.picker.layout.display = "" if len(self.runs) > 1 else "none"
+        self.picker.value = key  # shows its dashboard
+        self._show(key)
         self.status.value = _message(f"submitted {run.folder}", ok=True)
+
+    def _show(self, key: str | None) -> None:
+        """Show the dashboard of the run `key` (its folder); every submitted run keeps its own."""
+        if key is None or key not in self.dashboards:
+            return
+        self.dashboard = self.dashboards[key]
+        self.run = self.dashboard.run
+        self.run_box.children = [self.dashboard.widget]
 
 
 def _task_note(task: Callable[..., Any] | None) -> str:
@@ -76,5 +116,5 @@ def _task_note(task: Callable[..., Any] | None) -> str:
 
 
 def _message(text: str, ok: bool) -> str:
-    colour = "#3c763d" if ok else "#a94442"
-    return f'<span style="color:{colour}">{html.escape(text)}</span>'
+    mark = '<b style="color:#2e7d32">✓</b>' if ok else '<b style="color:#d32f2f">✘</b>'
+    return f'<span style="color:var(--jp-ui-font-color1,#222)">{mark} {html.escape(text)}</span>'

@@ -1,0 +1,69 @@
+"""A run's metrics out to the tools people already use, after the fact: TensorBoard event files (per
+rank, readable by TensorBoard's own reader) and CSV or Parquet tables.  The live copies made while
+training are the ranks' business (workbench.engine.mirrors, the `log` config section).
+
+    run.to_tensorboard("tb/")             # tb/rank0, tb/rank1, ...: `tensorboard --logdir tb/`
+    run.export_metrics("metrics.parquet") # or .csv
+    workbench export RUN_DIR --tensorboard tb/
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from workbench.launch.run import Run
+
+FORMATS = ("csv", "parquet")
+
+
+def to_tensorboard(run: Run, logdir: str | Path) -> Path:
+    """Write every rank's scalars (loss, loss_reduced, lr, timings, memory, ...) at their steps and
+    wall times into `logdir`/rank{R}, and the eval results into `logdir`/rank0; returns `logdir`."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise ImportError("exporting to TensorBoard needs the tensorboard package: pip install tensorboard "
+                          '(or pip install "workbench[tensorboard]")') from None
+    logdir = Path(logdir)
+    frame = run.metrics()
+    for rank, part in (frame.groupby("rank") if len(frame) else []):
+        writer = SummaryWriter(log_dir=str(logdir / f"rank{rank}"))
+        _write(writer, part.drop(columns=["wall_time", "elapsed_s", "samples"], errors="ignore").to_dict("records"))
+    evals = run.evals()
+    if len(evals):
+        columns = ["step", "time", *(str(c) for c in evals.columns if str(c).startswith("val_"))]
+        _write(SummaryWriter(log_dir=str(logdir / "rank0")), evals[columns].to_dict("records"))
+    return logdir
+
+
+def _write(writer: Any, records: list[dict[Any, Any]]) -> None:
+    from workbench.engine.mirrors import scalars
+
+    for record in records:
+        step, walltime = int(record["step"]), float(record.get("time") or 0) or None
+        for key, value in scalars({str(k): v for k, v in record.items()}).items():
+            writer.add_scalar(key, value, step, walltime=walltime)
+    writer.close()
+
+
+def export_metrics(run: Run, path: str | Path | None = None, format: str | None = None) -> Path:
+    """Every rank's metrics (Run.metrics(): with wall_time, elapsed_s, samples) as CSV or Parquet;
+    the format follows the file name's suffix (default: <run>/exports/metrics.csv)."""
+    fmt = (format or (Path(path).suffix.lstrip(".") if path else "csv")).lower()
+    if fmt not in FORMATS:
+        raise ValueError(f"format: {fmt!r} is not one of {', '.join(FORMATS)}; name the file .csv or .parquet")
+    target = Path(path) if path else run.dir.exports / f"metrics.{fmt}"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    frame = run.metrics()
+    if fmt == "csv":
+        frame.to_csv(target, index=False)
+        return target
+    try:
+        import pyarrow  # type: ignore[import-untyped]  # noqa: F401
+    except ImportError:
+        raise ImportError('Parquet needs pyarrow: pip install pyarrow (or pip install "workbench[parquet]"); '
+                          "CSV needs nothing") from None
+    frame.to_parquet(target, index=False)
+    return target

@@ -1,0 +1,211 @@
+"""Run history and comparison: every run folder under a root as one table, and several runs' training
+loss and validation metrics on one figure with the config fields that differ between them.
+
+    workbench.runs()                                      # one row per run folder under runs/
+    workbench.compare(["runs/a", "runs/b"], x="samples")  # Figure: loss, val metrics, config diff
+    workbench.config_diff(["runs/a", "runs/b"])           # the differing config fields, one column per run
+
+Everything is read through ``Run.load`` (status, metrics, events, config), so a run listed here says
+what ``workbench show`` and its dashboard say.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Union
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+    from workbench.launch.run import Run
+
+RunLike = Union["Run", str, os.PathLike]
+COLUMNS = ["name", "folder", "status", "start", "duration_s", "world_size", "effective_batch", "lr", "rule",
+           "steps", "total_steps", "last_loss", "best_loss"]
+
+
+def default_root() -> Path:
+    """WORKBENCH_RUN_ROOT when set (the notebooks and tests use it), else the config default runs/."""
+    from workbench.config import JobConfig
+
+    return Path(os.environ.get("WORKBENCH_RUN_ROOT") or JobConfig().launch.run_root).expanduser()
+
+
+def run_folders(root: str | os.PathLike[str] | None = None) -> list[Path]:
+    """Run folders (holding run.json) under `root`, two levels deep (benchmark_scaling nests its runs),
+    oldest first."""
+    base = Path(root).expanduser() if root is not None else default_root()
+    found = {p.parent for pattern in ("*/run.json", "*/*/run.json") for p in base.glob(pattern)}
+    return sorted(found, key=lambda p: (p.stat().st_mtime if p.exists() else 0.0, str(p)))
+
+
+def runs(root: str | os.PathLike[str] | None = None) -> pd.DataFrame:
+    """One row per run folder under `root` (default: WORKBENCH_RUN_ROOT or runs/): name, folder,
+    status, start, duration_s, world_size, effective_batch, lr, rule, steps, total_steps, last and
+    best (reduced) training loss, and the last validation metrics (val_* columns)."""
+    import pandas as pd
+
+    rows = [run_row(folder) for folder in run_folders(root)]
+    frame = pd.DataFrame(rows)
+    if not len(frame):
+        return pd.DataFrame(columns=COLUMNS)
+    frame["start"] = pd.to_datetime(frame["start"], unit="s", utc=True)
+    val = sorted(c for c in frame.columns if c.startswith("val_"))
+    return frame[[c for c in COLUMNS if c in frame] + val]
+
+
+def run_row(folder: Path) -> dict[str, Any]:
+    """The facts of one run folder; a folder that cannot be read says why in `status`."""
+    from workbench.launch.run import Run
+
+    try:
+        run = Run.load(folder)
+        status = run.status()
+    except Exception as exc:  # noqa: BLE001 - one unreadable folder must not hide the others
+        return {"name": folder.name, "folder": str(folder), "status": f"unreadable: {type(exc).__name__}: {exc}"}
+    frame = run.metrics()
+    times = [float(t) for t in (run.meta.get("created"), frame["time"].min() if len(frame) else None)
+             if t is not None]
+    start = min(times) if times else None  # the folder's birth, or an earlier first record (a copied run)
+    row: dict[str, Any] = {"name": folder.name, "folder": str(folder), "status": status.state, "start": start,
+                           "steps": status.step, "total_steps": status.total_steps, "world_size": run.world_size,
+                           **_plan(run), **_losses(frame)}
+    if len(frame) and start is not None:
+        row["duration_s"] = float(frame["time"].max()) - start
+    evals = run.evals()
+    if len(evals):
+        last = evals.iloc[-1]
+        row.update({c: float(last[c]) for c in evals.columns if c.startswith("val_") and last[c] == last[c]})
+    return row
+
+
+def _plan(run: Run) -> dict[str, Any]:
+    """Effective batch, lr and rule as the run started (rank 0's start event), else from its config."""
+    from workbench.scaling import scaled
+
+    start = run.event_summary().start or {}
+    try:
+        cfg = run.config
+    except (OSError, ValueError):
+        return {k: start.get(k) for k in ("effective_batch", "lr")}
+    plan = scaled(cfg, run.world_size)
+    return {"effective_batch": start.get("effective_batch", plan.effective_batch), "lr": start.get("lr", plan.lr),
+            "rule": cfg.scaling.rule}
+
+
+def _losses(frame: pd.DataFrame) -> dict[str, Any]:
+    from workbench.metricview import reduced_loss
+
+    if not len(frame) or "loss" not in frame:
+        return {}
+    loss = reduced_loss(frame)["loss"]
+    return {"last_loss": float(loss.iloc[-1]), "best_loss": float(loss.min())}
+
+
+# --- comparison ------------------------------------------------------------------------------------
+def as_runs(items: RunLike | Iterable[RunLike]) -> list[Run]:
+    from workbench.launch.run import Run
+
+    if isinstance(items, (str, os.PathLike, Run)):
+        items = [items]
+    return [item if isinstance(item, Run) else Run.load(Path(item)) for item in items]
+
+
+def config_diff(items: RunLike | Iterable[RunLike]) -> pd.DataFrame:
+    """The config fields whose values differ between the runs (plus the world size), one column per
+    run (named by its folder)."""
+    import pandas as pd
+
+    found = as_runs(items)
+    flat = {run.folder.name: {**flatten(run.config.to_dict()), "world_size": run.world_size} for run in found}
+    table = pd.DataFrame(flat)
+    differs = table.astype(str).nunique(axis=1) > 1
+    return table[differs & ~table.index.isin(["launch.name", "launch.run_root"])]
+
+
+def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"train.lr": 0.001, ...}: a config dict with its sections opened (option dicts kept whole)."""
+    from workbench.config import JobConfig
+
+    sections = {path.rsplit(".", 1)[0] for path in JobConfig.docs() if "." in path}
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        out.update(flatten(value, f"{path}.") if path in sections else {path: value})
+    return out
+
+
+def compare(items: RunLike | Iterable[RunLike], x: str = "samples", smooth: float = 0.6,
+            labels: Sequence[str] | None = None, theme: str = "light") -> Figure:
+    """Several runs on one figure: reduced training loss and each validation metric against `x`
+    ("samples" seen, "step" or "elapsed_s"), smoothed (raw faint behind), and under them the config
+    fields that differ.  Comparing by samples seen asks the scaling guides' question: does the run at
+    4 ranks (and 4x the batch) converge like the 1-rank run per sample?"""
+    from matplotlib.figure import Figure
+
+    from workbench.plots import RANK_COLOURS, PlotOptions, theme_rc
+
+    found = as_runs(items)
+    names = list(labels) if labels is not None else [run.folder.name for run in found]
+    data = [(run.metrics(), run.evals()) for run in found]
+    metrics = sorted({c for _, ev in data for c in ev.columns if c.startswith("val_")})[:3]
+    diff = config_diff(found)
+    opts = PlotOptions(smooth=smooth, theme=theme)
+    with theme_rc(theme):
+        fig = Figure(figsize=(11.0, 3.4 + 0.22 * (len(diff) + 2)), layout="constrained")
+        grid = fig.add_gridspec(2, 1 + len(metrics), height_ratios=[3.4, 0.22 * (len(diff) + 2)])
+        loss_ax = fig.add_subplot(grid[0, 0])
+        for i, (name, (frame, _)) in enumerate(zip(names, data)):
+            _compare_loss(loss_ax, frame, x, RANK_COLOURS[i % len(RANK_COLOURS)], name, opts)
+        _axis(loss_ax, "training loss (reduced)", x)
+        for j, metric in enumerate(metrics, start=1):
+            ax = fig.add_subplot(grid[0, j])
+            for i, (name, (_, evals)) in enumerate(zip(names, data)):
+                if metric in evals:
+                    rows = evals[[x if x in evals else "step", metric]].dropna()
+                    ax.plot(rows.iloc[:, 0], rows[metric], "o-", ms=3, color=RANK_COLOURS[i % len(RANK_COLOURS)],
+                            label=name)
+            _axis(ax, metric, x)
+        _diff_table(fig.add_subplot(grid[1, :]), diff, names)
+    return fig
+
+
+def _compare_loss(ax: Any, frame: pd.DataFrame, x: str, colour: str, name: str, opts: Any) -> None:
+    from workbench.metricview import reduced_loss
+    from workbench.plots import _line
+
+    if not len(frame) or "loss" not in frame:
+        return
+    column = x if x in frame else "step"
+    loss = reduced_loss(frame, column)
+    _line(ax, loss[column].to_numpy(float), loss["loss"].to_numpy(float), colour, name, opts)
+
+
+def _axis(ax: Any, title: str, x: str) -> None:
+    from workbench.metricview import X_AXES
+
+    ax.set_title(title, loc="left")
+    ax.set_xlabel(X_AXES.get(x, x))
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="best")
+
+
+def _diff_table(ax: Any, diff: pd.DataFrame, names: Sequence[str]) -> None:
+    ax.axis("off")
+    if not len(diff):
+        ax.set_title("config: no field differs", loc="left")
+        return
+    cells = [[_short(v) for v in row] for row in diff.to_numpy()]
+    table = ax.table(cellText=cells, rowLabels=list(diff.index), colLabels=[_short(n, 28) for n in names],
+                     loc="upper center", cellLoc="center")
+    table.auto_set_font_size(False)
+    table.set_fontsize(9)
+    ax.set_title("config fields that differ", loc="left")
+
+
+def _short(value: Any, width: int = 18) -> str:
+    text = f"{value:.4g}" if isinstance(value, float) else str(value)
+    return text if len(text) <= width else text[: width - 1] + "…"
