@@ -20,6 +20,7 @@ import traceback
 from collections.abc import Iterator
 from typing import Any
 
+from workbench.failures import describe, error_record, write_error
 from workbench.rankstate import ACTIVE, HEARTBEAT_S, LOST_AFTER_S, lost_message
 from workbench.rundir import RunDir, read_json, write_json_atomic
 from workbench.stream import JsonlWriter
@@ -79,14 +80,15 @@ class RankMonitor:
         self.write_status()
 
     def fail(self, exc: BaseException) -> None:
-        """Record this rank's exception and traceback (error file, event, status)."""
+        """Record this rank's exception and traceback (error file, event, status); a full disk is
+        named as such, and recorded even then (workbench.failures.write_error)."""
         text = "".join(traceback.format_exception(exc))
-        write_json_atomic(self.run.error(self.rank), {
-            "rank": self.rank, "type": type(exc).__name__, "message": str(exc), "traceback": text,
-            "time": time.time(), "step": self.step, "host": node_name(), "attempt": self.attempt,
-        })
-        self.event("error", type=type(exc).__name__, message=str(exc))
-        self.set_state("failed")
+        kind, message = describe(exc)
+        write_error(self.run, self.rank, error_record(self.rank, kind, message, text, self.attempt, node_name(),
+                                                      self.step))
+        with contextlib.suppress(OSError):  # the disk may be full
+            self.event("error", type=kind, message=message)
+            self.set_state("failed")
 
     @contextlib.contextmanager
     def reporting(self) -> Iterator[RankMonitor]:
@@ -106,19 +108,28 @@ class RankMonitor:
         self._stop.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=10)  # a beat in flight must not overwrite the final state
-        if state:
-            self.set_state(state)
-        self.metrics.close()
-        self.events.close()
+        with contextlib.suppress(OSError):  # a full disk: what could be recorded was
+            if state:
+                self.set_state(state)
+        for writer in (self.metrics, self.events):
+            with contextlib.suppress(OSError):
+                writer.close()
 
     def failed_peers(self) -> list[int]:
-        return [r for r in self.run.ranks_with("errors") if r != self.rank]
+        """Other ranks with an error file of this attempt."""
+        found = []
+        for rank, path in self.run.rank_files("errors").items():
+            error = read_json(path)
+            if rank != self.rank and isinstance(error, dict) and error.get("attempt", self.attempt) == self.attempt:
+                found.append(rank)
+        return found
 
     def _beat(self) -> None:
         while not self._stop.wait(self._heartbeat_s):
             self._watch_progress()
-            self.write_status()
-            self._watch_neighbour()
+            with contextlib.suppress(OSError):  # a full disk: the main thread reports it
+                self.write_status()
+                self._watch_neighbour()
             peers = self.failed_peers()
             if peers and not self._stop.is_set():
                 self._abort(peers)
@@ -143,10 +154,9 @@ class RankMonitor:
         data = read_json(self.run.status(peer))
         silent = (now or time.time()) - float(data.get("time", 0)) if data else 0.0
         if data and data.get("state") in ACTIVE and silent > self.lost_after_s:
-            write_json_atomic(self.run.error(peer), {
-                "rank": peer, "type": "Lost", "traceback": "", "time": time.time(), "step": data.get("step"),
-                "host": data.get("host", ""), "attempt": self.attempt, "reported_by": self.rank,
-                "message": lost_message(peer, silent, noticed_by=self.rank)})
+            write_error(self.run, peer, error_record(peer, "Lost", lost_message(peer, silent, noticed_by=self.rank),
+                                                     "", self.attempt, data.get("host", ""), data.get("step"),
+                                                     reported_by=self.rank))
 
     def dump_stacks(self) -> None:
         """Every thread's Python stack of this rank, into stacks/rank{R}.txt."""

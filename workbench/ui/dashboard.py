@@ -59,6 +59,7 @@ class Dashboard:
         self.report = w.HTML()
         self.image = w.Image(format="png", layout=w.Layout(max_width="100%"))
         self.failure = w.HTML(layout=w.Layout(display="none"))
+        self.restarts = w.HTML()
         self.error = w.HTML()
         ranks = list(range(max(1, self.run.world_size)))
         self.rank_select = w.Dropdown(options=ranks, value=0, description="log of rank",
@@ -66,7 +67,7 @@ class Dashboard:
         self.rank_select.observe(lambda _: self._show_log(force=True), names="value")
         self.log = w.HTML()
         header = w.HBox([self.title, self.progress, self.eta, self.cancel_button])
-        self.widget = w.VBox([header, self.badges, self.health, self.image, self.failure, self.stacks,
+        self.widget = w.VBox([header, self.badges, self.health, self.image, self.failure, self.restarts, self.stacks,
                               self.report, self.rank_select, self.log, self.error])
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
@@ -135,6 +136,7 @@ class Dashboard:
             self.image.value = self.plot.render(state.frame, state.total_steps)
             self._plot_version = self.run.metric_frames.version
         self._show_failure(state)
+        self.restarts.value = restarts_html(state.earlier_failures)
         self._show_log(force=state.done)
         if state.done:
             self.cancel_button.disabled = True
@@ -225,6 +227,12 @@ def failure_html(state: DashboardState) -> str:
     return (f'<div style="border:2px solid #d9534f;padding:4px 8px"><b style="color:#a94442">'
             f"run failed (rank {state.failed_rank})</b><pre style='white-space:pre-wrap;font-size:85%'>"
             f"{html.escape(state.failure)}</pre></div>")
+
+
+def restarts_html(failures: list[str]) -> str:
+    """Failed attempts that were restarted, folded: one summary line each, the traceback inside."""
+    return "".join(f"<details><summary>↻ {html.escape(text.splitlines()[0])}</summary>"
+                   f"<pre style='font-size:75%'>{html.escape(text)}</pre></details>" for text in failures)
 
 
 def log_html(text: str) -> str:
