@@ -22,7 +22,7 @@ def cfg(tmp_path: Path, task: str = "synthetic", options: dict[str, Any] | None 
     dist = train.pop("dist", {})
     return JobConfig.from_dict({
         "task": {"name": task, "options": {**OPTIONS, **(options or {})}},
-        "train": {"micro_batch_size": 16, "max_steps": 40, "checkpoint_every_steps": 10, **train},
+        "train": {"micro_batch_size": 16, "epochs": 100, "max_steps": 40, "checkpoint_every_steps": 10, **train},
         "dist": {"procs_per_node": 2, "timeout_s": 120, "threads_per_rank": 1, **dist},
         "launch": {"run_root": str(tmp_path / "runs"), "time_limit": "10", **launch},
     })

@@ -53,8 +53,11 @@ class Proc:
         """Some process of its group is left (the leader may be gone, its children not)."""
         if self.alive():
             return True
-        if not self.pgid or _stat(self.pgid) is not None:  # leader pid now someone else's: not ours
+        if not self.pgid:
             return False
+        leader = _stat(self.pgid)
+        if leader is not None and self.start and leader[2] != self.start:
+            return False  # the leader's pid belongs to another process now: the group is gone
         return any(found[1] == self.pgid and found[0] != "Z" for found in map(_stat, _pids()) if found)
 
     def send(self, sig: int) -> None:

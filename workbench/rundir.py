@@ -67,6 +67,11 @@ class RunDir:
         return self.root / "logs"
 
     @property
+    def controller_log(self) -> Path:
+        """Output of a local run's controller (workbench.launch.local_controller)."""
+        return self.root / "logs" / "controller.log"
+
+    @property
     def checkpoints(self) -> Path:
         return self.root / "checkpoints"
 

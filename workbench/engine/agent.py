@@ -80,6 +80,7 @@ class RankAgent:
         self._preempt_handler: Callable[..., Any] | int | None = None
         self._stderr_from = 0
         self._alive_at = time.time()
+        self._kill_after_s = KILL_AFTER_S
 
     # --- the loop --------------------------------------------------------------------------------
     def serve(self) -> str:
@@ -107,8 +108,9 @@ class RankAgent:
             preexec_fn=parent_death_signal(signal.SIGKILL))
         self.proc = Proc.of(self.worker.pid, group=True) or Proc(self.worker.pid, 0, self.worker.pid)
         self._record_procs(number)
+        self._kill_after_s = KILL_AFTER_S
         outcome = self._watch(number)
-        end([self.proc], KILL_AFTER_S)
+        end([self.proc], self._kill_after_s)
         self.worker.poll()  # reap it
         return outcome
 
@@ -126,7 +128,11 @@ class RankAgent:
             self._alive_at = time.time()  # a death is dated here: before any peer's error about it
             if self.stop_signal:
                 return "stopped"
-            if peer_failed_at is None and self._peer_failed(number):
+            seen = self._failure_seen(number) if peer_failed_at is None else "peer"
+            if seen == "lost":
+                self._kill_after_s = 0.0  # silent past rankstate.LOST_AFTER_S: no use asking it
+                return "failed"
+            if seen and peer_failed_at is None:
                 peer_failed_at = time.monotonic()
             if peer_failed_at is not None and time.monotonic() - peer_failed_at > PEER_EXIT_GRACE_S:
                 return "failed"  # it did not stop by itself (hung, stopped): end() ends it
@@ -143,12 +149,17 @@ class RankAgent:
             self._ensure_error(code, number)
         return "failed"
 
-    def _peer_failed(self, number: int) -> bool:
+    def _failure_seen(self, number: int) -> str | None:
+        """"lost" when a neighbour reported this rank's (live but silent: hung, stopped) worker lost,
+        "peer" when another rank failed in this attempt, else None."""
+        seen = None
         for rank, path in self.run.rank_files("errors").items():
             error = read_json(path)
-            if rank != self.rank and isinstance(error, dict) and error.get("attempt") == number:
-                return True
-        return False
+            if isinstance(error, dict) and error.get("attempt") == number:
+                if rank == self.rank:
+                    return "lost"
+                seen = "peer"
+        return seen
 
     # --- a worker that died without a word -------------------------------------------------------
     def _ensure_error(self, code: int, number: int) -> None:

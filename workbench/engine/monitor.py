@@ -18,6 +18,7 @@ import threading
 import time
 import traceback
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from workbench.failures import describe, error_record, write_error
@@ -167,10 +168,21 @@ class RankMonitor:
             fh.flush()
             faulthandler.dump_traceback(fh, all_threads=True)
 
+    def _tell_torchrun(self, peer: int) -> None:
+        """Under torchrun: an error file dated after the peer's failure, so that torchrun names the
+        peer as the root cause, not this rank that stopped because of it."""
+        path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+        failed_at = float((read_json(self.run.error(peer)) or {}).get("time") or time.time())
+        if path:
+            write_json_atomic(Path(path), {"message": {
+                "message": f"stopped because rank {peer} failed first (its traceback is above)",
+                "extraInfo": {"py_callstack": "", "timestamp": str(int(failed_at) + 1)}}})
+
     def _abort(self, peers: list[int]) -> None:
         with self.saving:  # never interrupt a checkpoint being written
             self.event("aborted", reason=f"rank {peers[0]} failed", failed_ranks=peers)
             self.set_state("aborted")
+            self._tell_torchrun(peers[0])
             self.metrics.close()
             self.events.close()
             os._exit(PEER_FAILED_EXIT_CODE)

@@ -45,9 +45,10 @@ class LocalExecutor(submitit.LocalExecutor):
                "SUBMITIT_LOCAL_NODEID": "0", "SUBMITIT_LOCAL_JOB_NUM_NODES": "1", "SUBMITIT_STDERR_TO_STDOUT": "",
                "SUBMITIT_EXECUTOR": "local", "SUBMITIT_LOCAL_WITH_SHELL": "", RUN_DIR_ENV: str(self.run.root)}
         preexec = parent_death_signal(signal.SIGTERM) if self.stop_with_caller else None
-        process = subprocess.Popen([sys.executable, "-m", "workbench.launch.local_controller", str(self.folder)],
-                                   env=env, start_new_session=True, preexec_fn=preexec,
-                                   stdin=subprocess.DEVNULL)
+        with open(self.run.controller_log, "ab") as log:  # not the caller's terminal or pipes
+            process = subprocess.Popen([sys.executable, "-m", "workbench.launch.local_controller",
+                                        str(self.folder)], env=env, start_new_session=True, preexec_fn=preexec,
+                                       stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
         return submitit.local.local.LocalJob(folder=self.folder, job_id=str(process.pid), process=process,
                                              tasks=list(range(ntasks)))
 
