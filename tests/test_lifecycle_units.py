@@ -143,3 +143,19 @@ def test_provenance_names_the_submitter_and_the_distributed_environment(monkeypa
     assert submit_provenance()["submitted_by"]["notebook"] == "/home/me/train.ipynb"
     assert dist_env({"MASTER_PORT": "1", "CUDA_VISIBLE_DEVICES": "0"}) == {"CUDA_VISIBLE_DEVICES": "0",
                                                                           "MASTER_PORT": "1"}
+
+
+def test_a_rank_that_never_reported_is_explained_from_its_stderr(tmp_path):
+    """Nothing in errors/ or status/: the agent itself failed before its rank could report."""
+    from workbench.launch.run import Run
+
+    run = RunDir(tmp_path / "run").create()
+    write_json_atomic(run.meta, {"executor": "local", "world_size": 2})
+    (run.logs / "4242_1_log.err").write_text(
+        "submitit INFO starting\nTraceback (most recent call last):\n  File \"_submit.py\", line 3, in <module>\n"
+        "ModuleNotFoundError: No module named 'workbench'\n")
+    handle = Run(run.root)  # no job: it has ended
+    assert handle.status().state == "failed"
+    failure = handle.exception()
+    assert (failure.rank, failure.type) == (1, "ModuleNotFoundError") and "workbench" in failure.message
+    assert "_submit.py" in failure.traceback

@@ -182,3 +182,4 @@ def test_preemption_signal_checkpoints_requeues_and_resumes_with_continuous_step
     assert frame.groupby("rank")["step"].apply(list).tolist() == [list(range(1, 61))] * 2
     raw = [line for line in (run.folder / "metrics" / "rank0.jsonl").read_text().splitlines()]
     assert len(raw) == 60, "nothing past the preemption checkpoint is trained twice"
+    assert not _processes_mentioning(str(run.folder))

@@ -136,6 +136,26 @@ def test_killing_the_cli_outright_still_stops_its_run(tmp_path):
     assert_nothing_left(folder)
 
 
+def test_a_failing_follow_loop_cancels_the_run(tmp_path):
+    """`workbench run ... | head -2`: the reader goes away, the next progress line fails (EPIPE)."""
+    path = tmp_path / "job.yaml"
+    slow_task_cfg(tmp_path, 0.03, max_steps=100000, checkpoint_every_steps=10).to_yaml(path)
+    proc = subprocess.Popen([*CLI, "run", str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    folder = __import__("pathlib").Path(proc.stdout.readline().split("run folder:")[1].strip())
+    while "rank" not in proc.stdout.readline():  # the first progress line: it trains
+        pass
+    proc.stdout.close()
+    closed = time.monotonic()
+    err = proc.stderr.read()
+    proc.wait(timeout=90)
+    run = workbench.Run.load(folder)
+    status = run.wait(timeout=60)
+    report("follow loop failed (reader gone) -> run cancelled", time.monotonic() - closed)
+    assert status.state == "cancelled" and "the follow loop failed: cancelling the run" in err, err
+    assert_nothing_left(folder)
+
+
 def test_a_detached_run_goes_on_is_followed_and_cancelled_by_command(tmp_path):
     path = tmp_path / "job.yaml"
     slow_task_cfg(tmp_path, 0.03, max_steps=100000, checkpoint_every_steps=10).to_yaml(path)

@@ -248,9 +248,13 @@ def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON to a temp name in the same folder and rename it: readers never see half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(data, fh, default=str)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh, default=str)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)  # a full disk must not leave empty temp files behind
+        raise
 
 
 def read_json(path: Path, default: Any = None) -> Any:

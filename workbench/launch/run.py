@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import signal
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -151,11 +152,16 @@ class Run:
         """Stop every rank, from any handle (the submitting one, or Run.load after a kernel restart).
         Returns once they are gone (a local run: at most about STOP_GRACE_S).  The latest finished
         checkpoint and all logged metrics stay; the run is reported as cancelled."""
+        if self.job_done() and self.status().done:
+            return  # it ended already: a finished run stays finished
         self.dir.mark_cancelled("Run.cancel()")
         self._stop_job()
 
     def _stop_job(self) -> None:
         if isinstance(self.job, _LocalPid) or self.meta.get("executor") == "local":
+            host = self.meta.get("submit_host")
+            if host and host != socket.gethostname():
+                raise RuntimeError(f"run {self.folder} runs on {host}: cancel it there (workbench cancel)")
             controller = _controller(self.meta) or (self.job.proc if isinstance(self.job, _LocalPid) else None)
             # The controller asks the agents, they end their workers; then whatever is left is killed.
             end([controller] if controller else [], STOP_GRACE_S)

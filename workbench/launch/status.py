@@ -118,6 +118,8 @@ def overall_state(run: RunDir, ranks: list[RankStatus], job_done: bool, cancelle
     """pending, running, restarting, finished, failed or cancelled.  A cancel that came after a rank
     failed does not hide the failure; failures that followed the cancel (ranks stopping) are moot."""
     errors = [e for e in map(read_json, run.rank_files("errors").values()) if isinstance(e, dict)]
+    if not errors and read_json(run.summary):  # every rank trained to the end together
+        return "finished"
     if cancelled:
         failed_first = any(float(e.get("time") or 0) < float(cancelled) for e in errors)
         if job_done and not failed_first:
