@@ -34,8 +34,9 @@ def _note(signum: int, frame: FrameType | None) -> None:
 
 @contextlib.contextmanager
 def stop_signals_interrupt() -> Iterator[None]:
-    """SIGINT, SIGTERM and SIGHUP raise Interrupted in the main thread while inside."""
-    previous = {sig: signal.signal(sig, _raise) for sig in STOP_SIGNALS}
+    """SIGINT, SIGTERM and SIGHUP raise Interrupted in the main thread while inside; a signal the
+    command was started ignoring stays ignored (`nohup workbench run ...` survives the terminal)."""
+    previous = {sig: signal.signal(sig, _raise) for sig in STOP_SIGNALS if signal.getsignal(sig) != signal.SIG_IGN}
     try:
         yield
     finally:
@@ -47,7 +48,8 @@ def cancel_owned(run: Any, why: str) -> Any:
     """Cancel `run` because its owner is stopping; further signals only say it is in progress.
     Returns the final status (or None if the ranks did not all stop in time)."""
     for sig in STOP_SIGNALS:
-        signal.signal(sig, _note)
+        if signal.getsignal(sig) != signal.SIG_IGN:
+            signal.signal(sig, _note)
     _say(f"[workbench] {why}: cancelling the run (every rank stops; checkpoints and metrics stay)")
     run.cancel()
     try:
