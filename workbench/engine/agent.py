@@ -56,8 +56,7 @@ def run_agent(run_dir: str, contract: RankContract, worker_args: list[str], max_
 
     run = RunDir(run_dir)
     env = contract.export(run)
-    agent = RankAgent(run, env, worker_args, max_restarts, f"{submitit.JobEnvironment().job_id}-{attempt()}",
-                      local=contract.local)
+    agent = RankAgent(run, env, worker_args, max_restarts, f"{submitit.JobEnvironment().job_id}-{attempt()}")
     outcome = agent.serve()
     if outcome == "requeue" and env.rank == 0:
         agent.hand_over_preemption()  # submitit: checkpoint(), requeue, exit
@@ -69,10 +68,9 @@ def run_agent(run_dir: str, contract: RankContract, worker_args: list[str], max_
 
 
 class RankAgent:
-    def __init__(self, run: RunDir, env: DistEnv, worker_args: list[str], max_restarts: int, job_key: str,
-                 local: bool = True):
+    def __init__(self, run: RunDir, env: DistEnv, worker_args: list[str], max_restarts: int, job_key: str):
         self.run, self.env, self.worker_args, self.max_restarts = run, env, list(worker_args), max_restarts
-        self.job_key, self.local, self.requeue = job_key, local, attempt()
+        self.job_key, self.requeue = job_key, attempt()
         self.rank = env.rank
         self.worker: subprocess.Popen[bytes] | None = None
         self.proc: Proc | None = None
@@ -102,27 +100,26 @@ class RankAgent:
         number = self.requeue * (self.max_restarts + 1) + restart
         reserve_error_space(self.run, self.rank)
         self._stderr_from = _stderr_size()
-        self.worker = subprocess.Popen(
+        self.worker = worker = subprocess.Popen(
             [sys.executable, "-m", "workbench.engine.worker", str(self.run.root), *self.worker_args],
             env=self._worker_env(restart, number), start_new_session=True,
             preexec_fn=parent_death_signal(signal.SIGKILL))
-        self.proc = Proc.of(self.worker.pid, group=True) or Proc(self.worker.pid, 0, self.worker.pid)
+        self.proc = Proc.of(worker.pid, group=True) or Proc(worker.pid, 0, worker.pid)
         self._record_procs(number)
         self._kill_after_s = KILL_AFTER_S
-        outcome = self._watch(number)
+        outcome = self._watch(worker, number)
         end([self.proc], self._kill_after_s)
-        self.worker.poll()  # reap it
+        worker.poll()  # reap it
         return outcome
 
     def _worker_env(self, restart: int, number: int) -> dict[str, str]:
         return {**os.environ, "MASTER_PORT": str(self.env.master_port), ATTEMPT_ENV: str(number),
                 "TORCHELASTIC_RESTART_COUNT": str(restart), "TORCHELASTIC_MAX_RESTARTS": str(self.max_restarts)}
 
-    def _watch(self, number: int) -> str:
-        assert self.worker is not None
+    def _watch(self, worker: subprocess.Popen[bytes], number: int) -> str:
         peer_failed_at: float | None = None
         while True:
-            code = self.worker.poll()
+            code = worker.poll()
             if code is not None:
                 return self._ended(code, number)
             self._alive_at = time.time()  # a death is dated here: before any peer's error about it
