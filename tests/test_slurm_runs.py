@@ -121,7 +121,7 @@ def test_max_restarts_on_slurm_restarts_every_rank_within_the_job(slurm_cluster,
     status = run.wait(timeout=300)
     assert status.state == "finished", (run.exception(), run.logs(1))
     failures = run.failures()
-    assert [(f.rank, f.attempt) for f in failures][:1] == [(1, 0)] and {f.attempt for f in failures} == {0}
+    assert [(f.rank, f.attempt) for f in failures] == [(1, 0)]
     assert "injected failure on rank 1" in failures[0].traceback
     assert metric_steps(run) == [list(range(1, 41))] * 2
     assert len(run.meta["job_ids"]) == 1, "restarted within the job, not requeued"

@@ -193,10 +193,11 @@ class RankAgent:
             if not self._wait_for(lambda: all(self.run.rendezvous(f"{key}-down-rank{r}").exists()
                                              for r in range(self.env.world_size))):
                 return False
-            failed = [read_json(p) or {} for p in self.run.rank_files("errors").values()]
+            failed = sorted((read_json(p) or {} for p in self.run.rank_files("errors").values()),
+                            key=lambda e: float(e.get("time") or 0))  # the first is the cause
             self.run.archive_errors()
             self._event("restart", number, restart=restart, max_restarts=self.max_restarts,
-                        failures=[{k: e.get(k) for k in ("rank", "type", "message", "step")} for e in failed])
+                        failures=[{k: e.get(k) for k in ("rank", "type", "message", "step", "time")} for e in failed])
             port = publish_port(self.run.rendezvous(key), self.env.master_addr)
         else:
             if not self._wait_for(lambda: read_json(self.run.rendezvous(key)) is not None):

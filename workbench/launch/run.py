@@ -231,12 +231,14 @@ class Run:
         return None
 
     def failures(self) -> list[RankFailure]:
-        """Every failure on record, oldest first: each restarted attempt's (errors/failure-N/) and
-        the current attempt's."""
+        """The failure of each attempt on record, oldest first: each restarted attempt's
+        (errors/failure-N/) and the current one's.  Per attempt the first error is the failure; the
+        others' errors that followed it (a collective broken by it) stay in the files."""
         found = []
         for files in [*self.dir.archived_errors(), self.dir.rank_files("errors")]:
-            records = [e for e in map(read_json, files.values()) if isinstance(e, dict)]
-            found += sorted(map(RankFailure.from_record, records), key=lambda f: f.time)
+            records = [RankFailure.from_record(e) for e in map(read_json, files.values()) if isinstance(e, dict)]
+            if records:
+                found.append(min(records, key=lambda f: f.time))
         return found
 
     def health(self, status: RunStatus | None = None) -> dict[str, Any]:
