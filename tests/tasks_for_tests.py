@@ -83,3 +83,30 @@ def raising_inside(**options) -> Task:
     """A task factory whose own code raises (the user's frame must come first in the traceback)."""
     sizes = {"hidden": 64}
     return synthetic_classification(hidden=sizes["hiden"], **options)
+
+def failing_on_first_attempt(step_calls: int, rank: int = 1, **options) -> Task:
+    """`failing_at`, but only while TORCHELASTIC_RESTART_COUNT is 0: a restarted attempt trains on."""
+    if os.environ.get("TORCHELASTIC_RESTART_COUNT") != "0":
+        return synthetic_classification(**options)
+    return failing_at(step_calls, rank, **options)
+
+
+def failing_to_build(rank: int = 1, **options) -> Task:
+    """A factory that raises on `rank` while building the task (before any step)."""
+    if int(os.environ["RANK"]) == rank:
+        raise ValueError(f"cannot build the task on rank {rank}: no such dataset")
+    return synthetic_classification(**options)
+
+
+def crashing_while_building(rank: int = 1, **options) -> Task:
+    """A factory that crashes the process in native code on `rank` (a segmentation fault)."""
+    if int(os.environ["RANK"]) == rank:
+        import ctypes
+
+        ctypes.string_at(0)  # reads address 0: SIGSEGV
+    return synthetic_classification(**options)
+
+
+def big(**options) -> Task:
+    """The synthetic task with a model of about 1.3 M parameters (a checkpoint of about 16 MB)."""
+    return synthetic_classification(dim=256, hidden=4096, **options)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import workbench
+from tests.lifecycle import report
 from tests.tasks_for_tests import failing_at
 from workbench.config import JobConfig
 
@@ -103,6 +104,7 @@ def test_a_failing_rank_fails_the_run_fast_and_stops_the_others(tmp_path):
     assert status.state == "failed"
     assert time.monotonic() - started < 30 + 15
     failure = run.exception()
+    report("raising rank -> run failed, rank named", time.time() - failure.time)
     assert failure.rank == 1 and failure.type == "RuntimeError"
     assert "injected failure on rank 1" in failure.traceback
     assert not _processes_mentioning(str(run.folder)), "no orphan processes after a failure"
@@ -115,7 +117,9 @@ def test_a_killed_rank_is_named_and_the_others_stop(tmp_path):
                            task=functools.partial(failing_at, 15, rank=1, how="kill", n_train=2048, n_val=256))
     status = run.wait(timeout=120)
     assert status.state == "failed"
+    report("SIGKILLed rank -> run failed, rank named lost", time.time() - run.exception().time)
     assert run.exception().rank == 1 and run.exception().type == "Lost"
+    assert "killed by SIGKILL" in run.exception().message
     assert not _processes_mentioning(str(run.folder))
 
 
@@ -124,8 +128,10 @@ def test_cancel_stops_every_rank_and_keeps_results(tmp_path):
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and (not len(run.metrics()) or run.metrics()["step"].max() < 30):
         time.sleep(0.2)
+    started = time.monotonic()
     run.cancel()
     status = run.wait(timeout=60)
+    report("Run.cancel() -> every rank stopped, run cancelled", time.monotonic() - started)
     assert status.state == "cancelled"
     assert len(run.metrics()) > 0
     assert list((run.folder / "checkpoints").glob("step-*.pt"))
@@ -171,7 +177,10 @@ def test_preemption_signal_checkpoints_requeues_and_resumes_with_continuous_step
     pids = [read_json(run.dir.status(r))["pid"] for r in (0, 1)]
     for pid in pids:
         os.kill(pid, signal.SIGUSR2)  # what SLURM / submitit send before a time limit
+    signalled = time.time()
     status = run.wait(timeout=150)
+    requeued = run.events().query("event == 'resume'")["time"].min()
+    report("preemption signal -> checkpointed, requeued, resumed (first resume event)", requeued - signalled)
     assert status.state == "finished", run.exception()
     events = run.events()
     preempted = events[events["event"] == "preempted"]
@@ -182,3 +191,4 @@ def test_preemption_signal_checkpoints_requeues_and_resumes_with_continuous_step
     assert frame.groupby("rank")["step"].apply(list).tolist() == [list(range(1, 61))] * 2
     raw = [line for line in (run.folder / "metrics" / "rank0.jsonl").read_text().splitlines()]
     assert len(raw) == 60, "nothing past the preemption checkpoint is trained twice"
+    assert not _processes_mentioning(str(run.folder))

@@ -106,5 +106,8 @@ def test_a_checkpoint_that_would_run_code_is_refused_not_run(tmp_path):
     run = RunDir(tmp_path / "run").create()
     marker = tmp_path / "it-ran"
     torch.save({"step": 3, "model": _Payload(str(marker))}, run.checkpoint(3))
-    assert load_latest(run) is None  # skipped as unreadable: torch.load(weights_only=True) refuses it
+    from workbench.engine.checkpoint import NoReadableCheckpoint
+
+    with pytest.raises(NoReadableCheckpoint, match="step-00000003.pt: UnpicklingError"):
+        load_latest(run)  # torch.load(weights_only=True) refuses it: the command never runs
     assert not marker.exists()

@@ -151,3 +151,51 @@ def test_exported_sbatch_script_runs_and_writes_a_run_folder(slurm_cluster, tmp_
     submitted = workbench.submit(cfg)
     assert submitted.wait(timeout=240).state == "finished", submitted.exception()
     assert _tree(run_dir) - {"rendezvous"} == _tree(submitted.folder) - {"rendezvous"}
+
+
+def test_max_restarts_on_slurm_restarts_every_rank_within_the_job(slurm_cluster, tmp_path):
+    """A rank raises; launch.max_restarts: 1 starts both ranks (on two nodes) again inside the same
+    allocation, from the latest checkpoint; the steps continue and the failure is kept."""
+    from tests.lifecycle import assert_nothing_left, metric_steps, wait_until
+    from tests.tasks_for_tests import failing_on_first_attempt
+
+    cfg = _cfg(tmp_path, slurm_cluster, 2, 1, max_steps=40).replace(launch__max_restarts=1)
+    run = workbench.submit(cfg, task=functools.partial(failing_on_first_attempt, 26, rank=1, n_train=1024,
+                                                       n_val=128))
+    status = run.wait(timeout=300)
+    assert status.state == "finished", (run.exception(), run.logs(1))
+    failures = run.failures()
+    assert [(f.rank, f.attempt) for f in failures] == [(1, 0)]
+    assert "injected failure on rank 1" in failures[0].traceback
+    assert metric_steps(run) == [list(range(1, 41))] * 2
+    assert len(run.meta["job_ids"]) == 1, "restarted within the job, not requeued"
+    wait_until(lambda: run.job.state == "COMPLETED", 60, f"sacct says COMPLETED (says {run.job.state})")
+    events = run.events()
+    assert len(events[events["event"] == "restart"]) == 1
+    assert_nothing_left(run.folder)
+
+
+def test_a_hung_rank_on_slurm_is_lost_and_its_job_ends_by_itself(slurm_cluster, tmp_path):
+    """SIGSTOP one rank: its neighbour reports it lost, the agents end every worker and the job
+    ends FAILED by itself (a cancel by this handle would read CANCELLED)."""
+    import os
+    import signal
+
+    from tests.lifecycle import assert_nothing_left, report, wait_for_step, wait_until
+    from workbench.rundir import read_json
+
+    cfg = _cfg(tmp_path, slurm_cluster, 2, 1, max_steps=100000, checkpoint_every_steps=10)
+    cfg = cfg.replace(dist__timeout_s=600)
+    run = workbench.submit(cfg, task=functools.partial(slow, 0.02, n_train=1024, n_val=128))
+    wait_for_step(run, 12, timeout=200)
+    os.kill(read_json(run.dir.status(1))["pid"], signal.SIGSTOP)  # the nodes share this machine
+    stopped = time.monotonic()
+    status = run.wait(timeout=240)
+    report("SIGSTOPped rank on SLURM -> run failed, rank 1 lost", time.monotonic() - stopped)
+    assert status.state == "failed"
+    failure = run.exception()
+    assert failure.rank == 1 and failure.type == "Lost" and "no heartbeat" in failure.message
+    wait_until(lambda: run.job.state != "RUNNING", 60, "sacct reports the job's end")
+    assert run.job.state.startswith("FAILED"), run.job.state
+    assert (tmp_path / "runs").exists() and list(run.folder.glob("checkpoints/step-*.pt"))
+    assert_nothing_left(run.folder)

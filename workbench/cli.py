@@ -101,6 +101,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true", help="no per-step lines and no rank output")
     run.add_argument("--ranks", help="whose output to show: all, none or ranks such as 0,3 (default: every rank "
                      "up to 8, beyond that rank 0 and every rank's errors)")
+    run.add_argument("--from-scratch", action="store_true",
+                     help="with --run-dir of an earlier run: start over, its checkpoints set aside")
+    _detach_arg(run)
     run.set_defaults(func=cmd_run)
 
     table = sub.add_parser("table", help="print the scaling table (effective batch, lr, warmup, steps/epoch)")
@@ -142,6 +145,15 @@ def _parser() -> argparse.ArgumentParser:
         launch.add_argument(flag, **kwargs)
     launch.set_defaults(func=cmd_launch)
 
+    follow = sub.add_parser("follow", help="follow a running run's progress (Ctrl-C stops following, not the run)")
+    follow.add_argument("run_dir")
+    follow.add_argument("--quiet", action="store_true")
+    follow.set_defaults(func=cmd_follow)
+
+    cancel = sub.add_parser("cancel", help="stop every rank of a run (checkpoints and metrics stay)")
+    cancel.add_argument("run_dir")
+    cancel.set_defaults(func=cmd_cancel)
+
     check = sub.add_parser("check", help="validate a config and print every problem")
     _config_args(check)
     check.set_defaults(func=cmd_check)
@@ -169,6 +181,9 @@ LAUNCH_OPTIONS: dict[str, dict[str, Any]] = {
     "--env": {"action": "append", "default": [], "metavar": "NAME=VALUE", "help": "an environment variable for "
               "the ranks (repeatable)"},
     "--quiet": {"action": "store_true", "help": "no per-step lines and no rank output"},
+    "--detach": {"action": "store_true", "help": "start the run and return: it goes on without this command "
+                 "(workbench follow / cancel RUN_DIR later); without it, stopping this command (Ctrl-C, "
+                 "SIGTERM, SIGHUP, killed) cancels the run"},
     "--ranks": {"help": "whose output to show: all, none or ranks such as 0,3 (default: every rank up to 8, "
                 "beyond that rank 0 and every rank's errors)"},
 }
@@ -207,6 +222,10 @@ def split_script_args(argv: list[str]) -> tuple[list[str], list[str]]:
     return argv[:i], rest
 
 
+def _detach_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--detach", **LAUNCH_OPTIONS["--detach"])
+
+
 def _config_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", help="YAML config file")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
@@ -227,7 +246,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     cfg = load_config(args)
     shown_streams(cfg.world_size, args.ranks)  # a bad --ranks fails before anything runs
-    return follow(submit(cfg, run_dir=args.run_dir), args.quiet, args.ranks)
+    return _start_owned(args, lambda: submit(cfg, run_dir=args.run_dir, from_scratch=args.from_scratch,
+                                             stop_with_caller=not args.detach))
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
@@ -243,28 +263,92 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
     cfg = load_config(args)
     shown_streams(cfg.world_size, args.ranks)  # a bad --ranks fails before anything runs
-    run = submit_script(args.script, args.script_args, cfg, module=args.module, cwd=args.cwd, env=env)
-    return follow(run, args.quiet, args.ranks)
+    return _start_owned(args, lambda: submit_script(args.script, args.script_args, cfg, module=args.module,
+                                                    cwd=args.cwd, env=env, stop_with_caller=not args.detach))
 
 
-def follow(run: Any, quiet: bool = False, ranks: str | None = None) -> int:
-    """Stream a run's progress to the terminal; per-rank table and plot at the end; 1 if it failed."""
-    from workbench.plots import save_run_plot
+def _start_owned(args: argparse.Namespace, start: Any) -> int:
+    """Submit, then follow the run as its owner (stopping this command cancels it), or detach."""
+    from workbench.launch.submit import SubmitError
+    from workbench.owner import print_detached, stop_signals_interrupt
+
+    with stop_signals_interrupt():
+        try:
+            run = start()  # a signal here: the controller, tied to this process, stops with it
+        except SubmitError as exc:
+            print(f"workbench: {exc}", file=sys.stderr)
+            return 2
+        if args.detach:
+            print_detached(run)
+            return 0
+        return follow(run, args.quiet, owned=True, ranks=args.ranks)
+
+
+def cmd_follow(args: argparse.Namespace) -> int:
+    from workbench.launch.run import Run
+    from workbench.owner import stop_signals_interrupt
+
+    with stop_signals_interrupt():
+        return follow(Run.load(args.run_dir), args.quiet, ranks=getattr(args, "ranks", None))
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from workbench.launch.run import Run
+
+    run = Run.load(args.run_dir)
+    before = run.status()
+    if before.done and run.job_done():
+        print(f"[workbench] run {run.folder} already ended: {before}")
+        return 0
+    run.cancel()
+    status = run.status()
+    print(f"[workbench] run {run.folder}: {status}")
+    return 0 if status.done else 1
+
+
+def follow(run: Any, quiet: bool = False, owned: bool = False, ranks: str | None = None) -> int:
+    """Stream a run's progress to the terminal; per-rank table and plot at the end; 1 if it failed.
+
+    An owner (`workbench run`, `workbench launch`) cancels the run when stopped by a signal or when
+    this loop fails; a follower (`workbench follow`) only stops following."""
+    from workbench.owner import Interrupted, cancel_owned
 
     print(f"[workbench] run folder: {run.folder}", flush=True)
     printer = ProgressPrinter(quiet=quiet, ranks=ranks)
-    status = run.wait(on_poll=printer)
+    try:
+        status = run.wait(on_poll=printer)
+    except Interrupted as stop:
+        if not owned:
+            print(f"\n[workbench] stopped following; the run goes on (workbench cancel {run.folder} stops it)")
+            return 128 + stop.signum
+        status = cancel_owned(run, stop.args[0])
+        _say_end(run, status)
+        return 128 + stop.signum
+    except BaseException:
+        if owned:
+            cancel_owned(run, "the follow loop failed")
+        raise
     printer(run)
-    frame = run.metrics()
-    if len(frame):
-        plot = save_run_plot(frame, str(run.dir.plots / "loss.png"))
-        print(f"[workbench] per-rank plot: {plot}")
-        print(per_rank_table(frame).to_string())
-    print(f"[workbench] {status}")
-    if status.state != "finished":
-        _print_failure(run)
-        return 1
-    return 0
+    return _say_end(run, status)
+
+
+def _say_end(run: Any, status: Any) -> int:
+    """The per-rank table, plot and final state; the failure if the run failed.  0 if it finished."""
+    import contextlib
+
+    from workbench.plots import save_run_plot
+
+    with contextlib.suppress(OSError):  # the terminal may be gone
+        frame = run.metrics()
+        if len(frame):
+            plot = save_run_plot(frame, str(run.dir.plots / "loss.png"))
+            print(f"[workbench] per-rank plot: {plot}")
+            print(per_rank_table(frame).to_string())
+        print(f"[workbench] {status if status is not None else 'ranks still stopping: ' + str(run.status())}",
+              flush=True)
+        if status is not None and status.state == "failed":
+            _print_failure(run)
+    return 0 if status is not None and status.state == "finished" else 1
 
 
 class ProgressPrinter:
@@ -356,6 +440,26 @@ def _print_failure(run: Any) -> None:
         print(f"[workbench] {failure}\n{failure.traceback}", file=sys.stderr)
 
 
+def print_history(run: Any) -> None:
+    """Earlier attempts' failures (restarted), the checkpoint resumed from and any skipped, a cancel."""
+    summary = run.event_summary()
+    current = {(f.rank, f.attempt) for f in [run.exception()] if f is not None}
+    for failure in run.failures():
+        if (failure.rank, failure.attempt) in current:
+            continue
+        tail = "\n".join(failure.traceback.rstrip().splitlines()[-12:])
+        print(f"[workbench] attempt {failure.attempt} failed: {failure}\n{tail}")
+    for restart in summary.restarts:
+        print(f"[workbench] restart {restart.get('restart')}/{restart.get('max_restarts')} "
+              f"(attempt {restart.get('attempt')}) from the latest checkpoint")
+    if summary.resumed_from:
+        print(f"[workbench] resumed from {summary.resumed_from}")
+    for skipped in summary.skipped_checkpoints:
+        print(f"[workbench] skipped unreadable checkpoint {skipped}")
+    if run.meta.get("cancelled"):
+        print(f"[workbench] cancelled ({run.meta.get('cancelled_by', 'by the user')})")
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from workbench.launch.export import sbatch_script, torchrun_command
 
@@ -416,6 +520,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
         print(per_rank_table(frame).to_string())
         print(format_report(run.report()))
+    print_history(run)
     if status.state == "failed":
         _print_failure(run)
     elif status.state == "finished":

@@ -215,6 +215,10 @@ class LaunchConfig:
     """Run name (empty = task name); the run folder is <run_root>/<name>-<timestamp>."""
     time_limit: str | int = "01:00:00"
     """Wall-time limit of the job, as [D-]HH:MM:SS or minutes."""
+    max_restarts: int = 0
+    """After a rank fails, start every rank again from the latest checkpoint this many times (locally
+    and on SLURM, within the job), like torchrun's --max-restarts; each attempt's failure is kept.
+    The ranks see the attempt as TORCHELASTIC_RESTART_COUNT."""
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
     """SLURM resources (used when executor is slurm)."""
 

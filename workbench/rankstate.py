@@ -23,6 +23,8 @@ RANK_STATES: dict[str, str] = {
     "aborted": "stopped itself because another rank failed",
     "interrupted": "stopped by a signal (cancel)",
     "requeued": "checkpointed after a preemption or time-limit signal; waits for the scheduler to restart it",
+    "restarting": "its attempt failed (launch.max_restarts): waits for every rank to start again from the "
+                  "latest checkpoint",
     "lost": "stopped without a word: killed by a signal, out of memory, or its node failed",
 }
 """Every state a rank can be in, with what it means."""
@@ -45,3 +47,12 @@ def lost_message(rank: int, silent_s: float | None = None, noticed_by: int | Non
     how = f"sent no heartbeat for {silent_s:.0f} s" if silent_s is not None else "ended without reporting"
     who = f"; noticed by rank {noticed_by}" if noticed_by is not None else ""
     return f"rank {rank} {how} (killed by a signal, out of memory, or its node failed){who}"
+
+
+def killed_message(rank: int, signal_name: str) -> str:
+    """Why a rank whose process was seen to die from a signal is lost (said by its agent)."""
+    why = {"SIGKILL": "killed by hand, by the scheduler, or out of memory",
+           "SIGSEGV": "a crash in native code; its Python stacks are in its log",
+           "SIGABRT": "aborted by native code; its Python stacks are in its log",
+           "SIGBUS": "a bad memory access (a file it mapped shrank, or the disk is full)"}.get(signal_name, "")
+    return f"rank {rank}'s process was killed by {signal_name}" + (f" ({why})" if why else "")

@@ -14,6 +14,9 @@
     <run>/rendezvous/            where SLURM rank 0 publishes its port
     <run>/tensorboard/rank{R}/   TensorBoard event files (when log.tensorboard mirrors live)
     <run>/exports/               metrics as CSV or Parquet (Run.export_metrics)
+    <run>/rendezvous/            where rank 0 publishes its port (SLURM; every restart)
+    <run>/procs/rank{R}.json     the rank's agent and worker processes (pid, process group, start)
+    <run>/errors/failure-{N}/    error files of a failed attempt that was restarted
 
 Creating one (the name under run_root, the private tree, the config snapshot and run.json) lives
 here too, so the submitting side and ``python -m workbench.train`` under torchrun write the same.
@@ -21,22 +24,26 @@ here too, so the submitting side and ``python -m workbench.train`` under torchru
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import getpass
 import json
 import os
 import socket
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workbench import records
 from workbench.private import DIR_MODE, make_dirs, write_atomic
+from workbench.proctree import Proc
 
 if TYPE_CHECKING:
     from workbench.config import JobConfig
 
-RANK_KINDS = ("metrics", "events", "status", "errors", "stacks", "results")
+RANK_KINDS = ("metrics", "events", "status", "errors", "stacks", "results", "procs")
 """Folders holding one file per rank."""
 
 
@@ -62,6 +69,11 @@ class RunDir:
     @property
     def logs(self) -> Path:
         return self.root / "logs"
+
+    @property
+    def controller_log(self) -> Path:
+        """Output of a local run's controller (workbench.launch.local_controller)."""
+        return self.root / "logs" / "controller.log"
 
     @property
     def checkpoints(self) -> Path:
@@ -94,6 +106,31 @@ class RunDir:
     def result(self, rank: int) -> Path:
         """What a function run with workbench.submit_fn returned on this rank (cloudpickle)."""
         return self.root / "results" / f"rank{rank}.pkl"
+    def error_reserve(self, rank: int) -> Path:
+        """Room set aside for the rank's error file, used when the disk is full (workbench.failures)."""
+        return self.root / "errors" / f".rank{rank}.reserve"
+
+    def archived_errors(self) -> list[dict[int, Path]]:
+        """rank -> error file of each failed attempt that was restarted, oldest first."""
+        folder = self.folder("errors")
+        found = [p for p in folder.glob("failure-*") if p.name[8:].isdigit()] if folder.is_dir() else []
+        return [self.rank_files_in(p) for p in sorted(found, key=lambda p: int(p.name[8:]))]
+
+    def archive_errors(self) -> None:
+        """Move the current error files under errors/failure-{N}/ (N = 1, 2, ...): the next attempt
+        starts clean and the failure stays on record."""
+        target = self.folder("errors") / f"failure-{len(self.archived_errors()) + 1}"
+        target.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for path in self.rank_files("errors").values():
+            os.replace(path, target / path.name)
+
+    def procs(self, rank: int) -> Path:
+        return self.root / "procs" / f"rank{rank}.json"
+
+    def recorded(self, role: str) -> list[Proc]:
+        """Every rank's "agent" or "worker" process as its agent recorded it in procs/rank{R}.json."""
+        found = [Proc.from_dict((read_json(path) or {}).get(role)) for path in self.rank_files("procs").values()]
+        return [p for p in found if p is not None]
 
     def stacks(self, rank: int) -> Path:
         return self.root / "stacks" / f"rank{rank}.txt"
@@ -118,8 +155,11 @@ class RunDir:
         return sorted(self.logs.glob(f"*_{rank}_log.{suffix}"))
 
     def rank_files(self, kind: str) -> dict[int, Path]:
-        """rank -> its file of `kind` (metrics, events, status, errors, stacks), for files that exist."""
-        folder = self.folder(kind)
+        """rank -> its file of `kind` (metrics, events, status, errors, stacks, procs), for files that exist."""
+        return self.rank_files_in(self.folder(kind))
+
+    @staticmethod
+    def rank_files_in(folder: Path) -> dict[int, Path]:
         if not folder.is_dir():
             return {}
         found = {rank: p for p in folder.iterdir() if (rank := rank_of(p)) is not None}
@@ -161,32 +201,71 @@ class RunDir:
         and its metrics, events, logs and checkpoints, but forgets how the last attempt ended."""
         self.create()
         write_atomic(self.config, cfg.to_yaml().encode())
-        meta = self.read_meta() or {}
-        if meta:
-            self.forget_last_attempt(meta)
-        meta.update({"executor": executor, "world_size": cfg.world_size, "nodes": cfg.dist.nodes,
-                     "procs_per_node": cfg.dist.procs_per_node, "user": getpass.getuser(),
-                     "submit_host": socket.gethostname(), **facts})
-        meta.setdefault("created", time.time())
-        write_json_atomic(self.meta, meta)
+
+        def fill(meta: dict[str, Any]) -> None:
+            if meta:
+                self.forget_last_attempt(meta)
+            meta.update({"executor": executor, "world_size": cfg.world_size, "nodes": cfg.dist.nodes,
+                         "procs_per_node": cfg.dist.procs_per_node, "user": getpass.getuser(),
+                         "submit_host": socket.gethostname(), **facts})
+            meta.setdefault("created", time.time())
+
+        self.update_meta(fill)
         return self
 
     def forget_last_attempt(self, meta: dict[str, Any]) -> None:
-        """Errors, statuses, stacks, summary and the cancel mark go; metrics, events, logs and
-        checkpoints stay."""
-        for kind in ("errors", "status", "stacks", "results"):
+        """Errors, statuses, stacks, process records, results, meeting points, summary and the cancel
+        mark go; metrics, events, logs, checkpoints and earlier attempts' errors stay."""
+        for kind in ("errors", "status", "stacks", "procs", "results"):
             for path in self.rank_files(kind).values():
                 path.unlink(missing_ok=True)
+        for path in self.folder("rendezvous").glob("*.json"):
+            path.unlink(missing_ok=True)
         self.summary.unlink(missing_ok=True)
-        meta.pop("cancelled", None)
+        for key in ("cancelled", "cancelled_by", "job_id", "controller"):
+            meta.pop(key, None)
 
-    def record_job(self, job_id: str) -> None:
+    @contextlib.contextmanager
+    def locked(self, what: str = "meta") -> Iterator[None]:
+        """Hold one of the run folder's locks: "meta" (run.json read-modify-write) or "submit" (one
+        submission at a time)."""
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with open(self.root / f".{what}.lock", "a") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def update_meta(self, change: Callable[[dict[str, Any]], None] | None = None, **fields: Any) -> dict[str, Any]:
+        """Change run.json under the folder's lock (the submitter, the ranks and a cancel may all
+        write it); returns the new contents."""
+        with self.locked():
+            meta = self.read_meta() or {}
+            if change is not None:
+                change(meta)
+            meta.update(fields)
+            write_json_atomic(self.meta, meta)
+        return meta
+
+    def record_job(self, job_id: str, **facts: Any) -> None:
         """Note the scheduler's job id in run.json, so Run.load can reattach to the job later."""
-        meta = self.read_meta() or {}
-        meta["job_id"] = str(job_id)
-        earlier = meta.get("job_ids")
-        meta["job_ids"] = [*(earlier if isinstance(earlier, list) else []), str(job_id)]
-        write_json_atomic(self.meta, meta)
+
+        def add(meta: dict[str, Any]) -> None:
+            earlier = meta.get("job_ids")
+            meta.update({"job_id": str(job_id), **facts})
+            meta["job_ids"] = [*(earlier if isinstance(earlier, list) else []), str(job_id)]
+
+        self.update_meta(add)
+
+    def mark_cancelled(self, by: str) -> None:
+        """Note that the run was stopped on purpose (it is reported as cancelled, not failed)."""
+
+        def mark(meta: dict[str, Any]) -> None:
+            if "cancelled" not in meta:
+                meta.update(cancelled=time.time(), cancelled_by=by)
+
+        self.update_meta(mark)
 
 
 def rank_of(path: Path) -> int | None:

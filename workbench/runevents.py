@@ -23,6 +23,13 @@ class EventSummary:
     ``Run.stragglers()``)."""
     shards_ok: bool | None = None
     warnings: list[str] = field(default_factory=list)
+    resumed_from: str | None = None
+    """The checkpoint the latest attempt resumed from (rank 0's resume event)."""
+    skipped_checkpoints: list[str] = field(default_factory=list)
+    """Unreadable checkpoints passed over on resume, each "path: why"."""
+    restarts: list[dict[str, Any]] = field(default_factory=list)
+    """One restart event per failed attempt that was restarted (launch.max_restarts): which ranks
+    failed and how."""
     seen: int = 0
     """Records folded so far."""
 
@@ -64,5 +71,11 @@ def _fold_one(summary: EventSummary, record: dict[str, Any]) -> None:
         summary.straggler_warnings += 1
     elif kind == "shard_check" and "ok" in record:
         summary.shards_ok = bool(record["ok"])
+    elif kind == "resume" and record.get("rank") == 0:
+        summary.resumed_from = record.get("path")
+    elif kind == "checkpoint_skipped":
+        summary.skipped_checkpoints.append(f"{record.get('path')}: {record.get('reason', '')}")
+    elif kind == "restart":
+        summary.restarts.append(record)
     elif kind == "warning" and "message" in record:
         summary.warnings.append(f"rank {record.get('rank')}: {record.get('message', '')}")

@@ -36,7 +36,10 @@ class JsonlWriter:
         line = json.dumps(record, default=float) + "\n"
         with self._lock:
             if not self._fh.closed:
-                self._fh.write(line)
+                try:
+                    self._fh.write(line)
+                except OSError as exc:  # name the file: a full disk says where
+                    raise OSError(exc.errno, exc.strerror, str(self.path)) from exc
 
     def close(self) -> None:
         with self._lock:

@@ -256,7 +256,8 @@ _SECTION_RULES: dict[str, list[Rule]] = {
         _above("dist.stall_after_s", 0, "e.g. 300 (five minutes without a step)"),
     ],
     "launch": [Rule(("launch.time_limit",), _time_limit), Rule(("launch.run_root",), _run_root),
-               Rule(("launch.name",), _run_name)],
+               Rule(("launch.name",), _run_name),
+               _at_least("launch.max_restarts", 0, "use 0 to fail the run at the first failure")],
     "launch.slurm": [
         Rule(("launch.slurm.mem",), _mem),
         _at_least("launch.slurm.gpus_per_node", 0, "use 0 to run on CPUs"),

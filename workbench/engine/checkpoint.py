@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 
+from workbench.failures import disk_full_cause, disk_full_error
 from workbench.private import make_dirs, open_private
 from workbench.rundir import RunDir
 
@@ -87,11 +88,18 @@ def save_checkpoint(run: RunDir, step: int, state: dict[str, Any], keep: int) ->
     path = run.checkpoint(step)
     make_dirs(path.parent)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open_private(tmp, "wb") as fh:  # 0600: a checkpoint is a pickle
-        torch.save(state, fh)
-        fh.flush()
-        os.fsync(fh.fileno())  # on disk before the rename makes it the latest
-    os.replace(tmp, path)
+    try:
+        with open_private(tmp, "wb") as fh:  # 0600: a checkpoint is a pickle
+            torch.save(state, fh)
+            fh.flush()
+            os.fsync(fh.fileno())  # on disk before the rename makes it the latest
+        os.replace(tmp, path)
+    except BaseException as exc:
+        tmp.unlink(missing_ok=True)  # never leave half a checkpoint behind (a full disk, a signal)
+        full = disk_full_cause(exc)
+        if full is not None:
+            raise disk_full_error(path, full) from exc
+        raise
     for old in list_checkpoints(run)[:-keep]:
         old.unlink(missing_ok=True)
     return path
@@ -104,13 +112,28 @@ def list_checkpoints(run: RunDir) -> list[Path]:
     return sorted(p for p in run.checkpoints.glob("step-*.pt"))
 
 
-def load_latest(run: RunDir) -> tuple[Path, dict[str, Any]] | None:
-    """The newest checkpoint that loads; an unreadable one (a node crashed under it) is skipped."""
-    for path in reversed(list_checkpoints(run)):
+class NoReadableCheckpoint(RuntimeError):
+    """The run has checkpoints and none of them loads: resuming would silently start over."""
+
+
+def load_latest(run: RunDir, on_skip: Callable[[Path, BaseException], None] | None = None,
+                ) -> tuple[Path, dict[str, Any]] | None:
+    """The newest checkpoint that loads; an unreadable one (a node crashed under it) is skipped and
+    reported to `on_skip`.  None when there are none; NoReadableCheckpoint when none of them loads."""
+    found = list_checkpoints(run)
+    reasons = []
+    for path in reversed(found):
         try:
             return path, load_checkpoint(path)
         except Exception as exc:  # noqa: BLE001 - truncated or corrupt: fall back to the one before
             print(f"[workbench] skipping unreadable checkpoint {path}: {exc}", flush=True)
+            reasons.append(f"{path.name}: {type(exc).__name__}: {str(exc)[:200]}")
+            if on_skip is not None:
+                on_skip(path, exc)
+    if found:
+        raise NoReadableCheckpoint(
+            f"none of the run's checkpoints in {run.checkpoints} can be read ({'; '.join(reasons)}); "
+            "resubmit with from_scratch=True (workbench run --from-scratch) to start over, keeping them aside")
     return None
 
 

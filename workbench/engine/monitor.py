@@ -18,10 +18,12 @@ import threading
 import time
 import traceback
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from workbench.engine.mirrors import NoMirrors
 from workbench.engine.userframes import user_traceback
+from workbench.failures import describe, error_record, write_error
 from workbench.private import make_dirs, open_private
 from workbench.rankstate import ACTIVE, HEARTBEAT_S, LOST_AFTER_S, lost_message
 from workbench.rundir import RunDir, write_json_atomic
@@ -110,14 +112,17 @@ class RankMonitor:
         self.write_status()
 
     def fail(self, exc: BaseException) -> None:
-        """Record this rank's exception and traceback (error file, event, status)."""
-        write_json_atomic(self.run.error(self.rank), {
-            "rank": self.rank, "type": type(exc).__name__, "message": _clip(str(exc)),
-            "traceback": _clip(user_traceback(exc)), "traceback_full": _clip("".join(traceback.format_exception(exc))),
-            "time": time.time(), "step": self.step, "host": node_name(), "attempt": self.attempt,
-        })
-        self.event("error", type=type(exc).__name__, message=_clip(str(exc), 2000))
-        self.set_state("failed")
+        """Record this rank's exception and traceback (error file, event, status): the user's frames
+        first (traceback_full has them all); a full disk is named as such, and recorded even then
+        (workbench.failures.write_error)."""
+        full = "".join(traceback.format_exception(exc))
+        kind, message = describe(exc)
+        write_error(self.run, self.rank, error_record(self.rank, kind, _clip(message), _clip(user_traceback(exc)),
+                                                      self.attempt, node_name(), self.step,
+                                                      traceback_full=_clip(full)))
+        with contextlib.suppress(OSError):  # the disk may be full
+            self.event("error", type=kind, message=_clip(message, 2000))
+            self.set_state("failed")
 
     @contextlib.contextmanager
     def reporting(self) -> Iterator[RankMonitor]:
@@ -137,20 +142,30 @@ class RankMonitor:
         self._stop.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=10)  # a beat in flight must not overwrite the final state
-        self.mirrors.close()
-        if state:
-            self.set_state(state)
-        self.metrics.close()
-        self.events.close()
+        with contextlib.suppress(Exception):  # a mirror must never stop a rank from ending cleanly
+            self.mirrors.close()
+        with contextlib.suppress(OSError):  # a full disk: what could be recorded was
+            if state:
+                self.set_state(state)
+        for writer in (self.metrics, self.events):
+            with contextlib.suppress(OSError):
+                writer.close()
 
     def failed_peers(self) -> list[int]:
-        return [r for r in self.run.ranks_with("errors") if r != self.rank]
+        """Other ranks with an error file of this attempt."""
+        found = []
+        for rank in self.run.rank_files("errors"):
+            error = self.run.read_error(rank)
+            if rank != self.rank and isinstance(error, dict) and error.get("attempt", self.attempt) == self.attempt:
+                found.append(rank)
+        return found
 
     def _beat(self) -> None:
         while not self._stop.wait(self._heartbeat_s):
             self._watch_progress()
-            self.write_status()
-            self._watch_neighbour()
+            with contextlib.suppress(OSError):  # a full disk: the main thread reports it
+                self.write_status()
+                self._watch_neighbour()
             peers = self.failed_peers()
             if peers and not self._stop.is_set():
                 self._abort(peers)
@@ -182,10 +197,9 @@ class RankMonitor:
         data = self.run.read_status(peer)  # None when absent or damaged: then it proves nothing
         silent = (now or time.time()) - data["time"] if data else 0.0
         if data and data.get("state") in ACTIVE and silent > self.lost_after_s:
-            write_json_atomic(self.run.error(peer), {
-                "rank": peer, "type": "Lost", "traceback": "", "time": time.time(), "step": data.get("step"),
-                "host": data.get("host", ""), "attempt": self.attempt, "reported_by": self.rank,
-                "message": lost_message(peer, silent, noticed_by=self.rank)})
+            write_error(self.run, peer, error_record(peer, "Lost", lost_message(peer, silent, noticed_by=self.rank),
+                                                     "", self.attempt, data.get("host", ""), data.get("step"),
+                                                     reported_by=self.rank))
 
     def dump_stacks(self) -> None:
         """Every thread's Python stack of this rank, into stacks/rank{R}.txt."""
@@ -196,10 +210,21 @@ class RankMonitor:
             fh.flush()
             faulthandler.dump_traceback(fh, all_threads=True)
 
+    def _tell_torchrun(self, peer: int) -> None:
+        """Under torchrun: an error file dated after the peer's failure, so that torchrun names the
+        peer as the root cause, not this rank that stopped because of it."""
+        path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+        failed_at = float((self.run.read_error(peer) or {}).get("time") or time.time())
+        if path:
+            write_json_atomic(Path(path), {"message": {
+                "message": f"stopped because rank {peer} failed first (its traceback is above)",
+                "extraInfo": {"py_callstack": "", "timestamp": str(int(failed_at) + 1)}}})
+
     def _abort(self, peers: list[int]) -> None:
         with self.saving:  # never interrupt a checkpoint being written
             self.event("aborted", reason=f"rank {peers[0]} failed", failed_ranks=peers)
             self.set_state("aborted")
+            self._tell_torchrun(peers[0])
             self.metrics.close()
             self.events.close()
             os._exit(PEER_FAILED_EXIT_CODE)

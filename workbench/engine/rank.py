@@ -11,9 +11,9 @@ from typing import Any
 from workbench.config import JobConfig
 from workbench.engine.env import DistEnv, pick_device_and_backend
 from workbench.engine.mirrors import Mirrors
-from workbench.engine.monitor import RankMonitor
+from workbench.engine.monitor import RankMonitor, node_name
 from workbench.engine.preempt import PreemptionFlag
-from workbench.engine.tasks import build_task, resolve_factory
+from workbench.engine.tasks import build_task, load_task_factory, resolve_factory
 from workbench.rundir import RunDir, write_json_atomic
 
 
@@ -29,7 +29,6 @@ def run_rank(cfg: JobConfig, run_dir: str, factory: Callable[..., Any] | None = 
     _set_threads(torch, env.local_world_size, cfg.dist.threads_per_rank)
     monitor = RankMonitor(run, env.rank, env.world_size, attempt, stall_after_s=cfg.dist.stall_after_s).start()
     monitor.mirrors = Mirrors(cfg, run, env.rank, lambda message: monitor.event("warning", message=message))
-    preempted: Any = None
     try:
         with monitor.reporting():
             device, backend = pick_device_and_backend(env.local_rank, cfg.dist.backend)
@@ -37,10 +36,10 @@ def run_rank(cfg: JobConfig, run_dir: str, factory: Callable[..., Any] | None = 
                 torch.cuda.set_device(device)
             dist.init_process_group(backend, rank=env.rank, world_size=env.world_size,
                                     timeout=timedelta(seconds=cfg.dist.timeout_s))
+            _record_runtime(run, env, device, backend)  # collective: all_gather_object of host names
             summary = _train(cfg, env, device, run, monitor, factory, preempt)
         if summary["stop_reason"] == "preempted":
-            monitor.close("requeued")
-            preempted = preempt
+            monitor.close("requeued")  # the agent hands the job back to the scheduler
             return summary
         monitor.close("finished")
         if env.is_main:
@@ -49,8 +48,33 @@ def run_rank(cfg: JobConfig, run_dir: str, factory: Callable[..., Any] | None = 
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
-        if preempted is not None:
-            preempted.hand_over()  # rank 0: submitit requeues the job, then exits
+
+
+def _record_runtime(run: RunDir, env: DistEnv, device: str, backend: str) -> None:
+    """Rank 0 notes in run.json what the ranks run on: torch, CUDA and NCCL versions, the hosts."""
+    import torch
+    import torch.distributed as dist
+
+    hosts: list[Any] = [None] * env.world_size
+    dist.all_gather_object(hosts, node_name())
+    if env.is_main:
+        run.update_meta(runtime=runtime_versions(torch) | {"device": device, "backend": backend,
+                                                            "hosts": sorted(set(hosts)), "rank_hosts": hosts})
+
+
+def runtime_versions(torch: Any) -> dict[str, Any]:
+    """torch, CUDA and NCCL versions as the rank sees them (None where not built in)."""
+    import platform
+
+    nccl = None
+    try:
+        if torch.distributed.is_nccl_available():
+            found = torch.cuda.nccl.version()
+            nccl = ".".join(map(str, found)) if isinstance(found, tuple) else str(found)
+    except Exception:  # noqa: BLE001 - a build without NCCL: nothing to report
+        nccl = None
+    return {"torch": torch.__version__, "cuda": torch.version.cuda, "nccl": nccl,
+            "python": platform.python_version()}
 
 
 def _train(cfg: JobConfig, env: DistEnv, device: str, run: RunDir, monitor: RankMonitor,
@@ -61,7 +85,7 @@ def _train(cfg: JobConfig, env: DistEnv, device: str, run: RunDir, monitor: Rank
 
     # Same seed on every rank while building: identical datasets and initial weights.
     _seed(torch, cfg.train.seed)
-    task = build_task(factory or resolve_factory(cfg.task.name), cfg.task.options)
+    task = build_task(factory or load_task_factory(run) or resolve_factory(cfg.task.name), cfg.task.options)
     trainer = Trainer(cfg, task, env, device, run, monitor, preempt)
     _seed(torch, cfg.train.seed + env.rank)  # then per rank (dropout, augmentation)
     trainer.resume()

@@ -51,9 +51,13 @@ class RankContract:
         return wait_for_port(path, self.rendezvous_timeout_s)
 
 
+REQUEUES_ENV = "WORKBENCH_REQUEUES"
+"""Set by workbench's local controller: how many times it started the job's tasks again."""
+
+
 def attempt() -> int:
-    """How many times this job was requeued before (SLURM_RESTART_COUNT; 0 locally)."""
-    return int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
+    """How many times this job was requeued before (SLURM_RESTART_COUNT; locally the controller's count)."""
+    return int(os.environ.get("SLURM_RESTART_COUNT") or os.environ.get(REQUEUES_ENV) or 0)
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -11,7 +11,10 @@ import importlib
 import importlib.util
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from workbench.rundir import RunDir
 
 BUILTINS = {
     "synthetic": "workbench.engine.builtin_tasks:synthetic_classification",
@@ -112,6 +115,25 @@ def resolve_factory(name: str) -> Callable[..., Any]:
     for part in attr.split("."):
         obj = getattr(obj, part)
     return obj  # type: ignore[return-value]
+
+
+def load_task_factory(run: RunDir) -> Callable[..., Any] | None:
+    """The factory passed as a Python object at submit (the run's task.pkl), or None.
+
+    cloudpickle ships a function defined in a notebook by value, but one from a module by reference:
+    that module must be importable on the ranks too."""
+    import pickle
+
+    if not run.task_pickle.exists():
+        return None
+    try:
+        with open(run.task_pickle, "rb") as fh:
+            return pickle.load(fh)  # noqa: S301 - written by this run's own submitter
+    except ModuleNotFoundError as exc:
+        raise ModuleNotFoundError(
+            f"{exc} while unpickling the task factory: its module is importable where the job was submitted "
+            f"but not on the ranks; add its folder to PYTHONPATH (or install it) before starting the kernel, "
+            f"or define the factory in the notebook", name=exc.name) from exc
 
 
 def build_task(factory: Callable[..., Any], options: dict[str, Any]) -> Task:

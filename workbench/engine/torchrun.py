@@ -11,10 +11,14 @@ import argparse
 import os
 import sys
 
+from torch.distributed.elastic.multiprocessing.errors import record
+
 from workbench.config import JobConfig
+from workbench.provenance import submit_provenance
 from workbench.rundir import RunDir, default_run_dir, safe_name
 
 
+@record  # a failure writes torchrun's error file: torchrun prints this rank's traceback
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m workbench.train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -29,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
                      "with --standalone (or --rdzv-id) so the run id names a fresh folder")
     run_dir = args.run_dir or str(default_run_dir(cfg, suffix=safe_name(f"torchrun-{run_id}")))
     if os.environ.get("RANK", "0") == "0":
-        RunDir(run_dir).prepare(cfg, executor="torchrun")
+        RunDir(run_dir).prepare(cfg, executor="torchrun", **submit_provenance())
     from workbench.engine.rank import run_rank
 
     summary = run_rank(cfg, run_dir)

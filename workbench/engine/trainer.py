@@ -240,7 +240,8 @@ class Trainer:
 
     def resume(self) -> bool:
         """Load the run's latest checkpoint, if any; returns whether one was loaded."""
-        found = load_latest(self.run)
+        found = load_latest(self.run, lambda path, exc: self.monitor.run_event(
+            "checkpoint_skipped", path=str(path), reason=f"{type(exc).__name__}: {str(exc)[:300]}"))
         if found is None:
             return False
         path, state = found

@@ -3,25 +3,59 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import submitit
+import submitit.local.local
 
 from workbench.config import JobConfig
 from workbench.devices import parse_visible_devices, visible_gpu_count
 from workbench.engine.rendezvous import RankContract, free_port
+from workbench.launch.local_controller import RUN_DIR_ENV
+from workbench.proctree import parent_death_signal
 from workbench.rundir import RunDir
 from workbench.validate import parse_time_limit
 
 
-def make_executor(cfg: JobConfig, run: RunDir) -> tuple[submitit.Executor, RankContract]:
+def make_executor(cfg: JobConfig, run: RunDir, stop_with_caller: bool = False,
+                  ) -> tuple[submitit.Executor, RankContract]:
     if cfg.launch.executor == "slurm":
         return slurm_executor(cfg, run), RankContract(local=False)
-    return local_executor(cfg, run)
+    return local_executor(cfg, run, stop_with_caller)
 
 
-def local_executor(cfg: JobConfig, run: RunDir) -> tuple[submitit.LocalExecutor, RankContract]:
-    executor = submitit.LocalExecutor(folder=run.logs)
+class LocalExecutor(submitit.LocalExecutor):
+    """submitit's LocalExecutor, whose controller (workbench.launch.local_controller) runs in a
+    session of its own: the run outlives the process that submitted it, unless `stop_with_caller`
+    (the CLI), where the kernel stops the controller (SIGTERM) when the caller ends, however it ends."""
+
+    def __init__(self, folder: Path, run: RunDir, stop_with_caller: bool = False):
+        super().__init__(folder=folder)
+        self.run, self.stop_with_caller = run, stop_with_caller
+
+    def _submit_command(self, command: str) -> submitit.local.local.LocalJob[Any]:
+        ntasks = self.parameters.get("tasks_per_node", 1)
+        env = {**os.environ, "SUBMITIT_LOCAL_NTASKS": str(ntasks), "SUBMITIT_LOCAL_COMMAND": command,
+               "SUBMITIT_LOCAL_TIMEOUT_S": str(int(60 * self.parameters.get("timeout_min", 2.0))),
+               "SUBMITIT_LOCAL_SIGNAL_DELAY_S": str(int(self.parameters.get("signal_delay_s", 30))),
+               "SUBMITIT_LOCAL_NODEID": "0", "SUBMITIT_LOCAL_JOB_NUM_NODES": "1", "SUBMITIT_STDERR_TO_STDOUT": "",
+               "SUBMITIT_EXECUTOR": "local", "SUBMITIT_LOCAL_WITH_SHELL": "", RUN_DIR_ENV: str(self.run.root)}
+        preexec = parent_death_signal(signal.SIGTERM) if self.stop_with_caller else None
+        with open(self.run.controller_log, "ab") as log:  # not the caller's terminal or pipes
+            process = subprocess.Popen([sys.executable, "-m", "workbench.launch.local_controller",
+                                        str(self.folder)], env=env, start_new_session=True, preexec_fn=preexec,
+                                       stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        return submitit.local.local.LocalJob(folder=self.folder, job_id=str(process.pid), process=process,
+                                             tasks=list(range(ntasks)))
+
+
+def local_executor(cfg: JobConfig, run: RunDir, stop_with_caller: bool = False,
+                   ) -> tuple[submitit.LocalExecutor, RankContract]:
+    executor = LocalExecutor(run.logs, run, stop_with_caller)
     # Not submitit's 2-minute default: the job's own limit.  USR2 comes 30 s before it.
     executor.update_parameters(tasks_per_node=cfg.dist.procs_per_node, nodes=1,
                                timeout_min=parse_time_limit(cfg.launch.time_limit), signal_delay_s=30)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -12,10 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from workbench.config import JobConfig
 from workbench.configtypes import ConfigError, shown
+from workbench.failures import last_traceback
 from workbench.launch.status import RunStatus, run_status
+from workbench.proctree import Proc, end
 from workbench.rankstate import LOST_AFTER_S, lost_message
 from workbench.records import EVENT, warn_damaged
-from workbench.rundir import RunDir, write_json_atomic
+from workbench.rundir import RunDir, read_json
 from workbench.runevents import EventSummary
 from workbench.stream import MultiTail, RankFrames
 
@@ -24,8 +28,9 @@ if TYPE_CHECKING:
 
 STACKS_MAX_BYTES = 1 << 20
 """The most of a rank's stack dump that is read (its end)."""
-# After a rank failed, give the others this long to stop themselves before the job is cancelled.
-STOP_GRACE_S = 10.0
+STOP_GRACE_S = 30.0
+"""After a rank failed, its agents end the attempt within seconds; this handle ends the job itself
+(controller, agents, workers) only if something is still there after this long."""
 STRAGGLERS_LIVE_EVERY_S = 15.0
 """While a run goes, the straggler verdict (over every logged record) is recomputed at most this often."""
 
@@ -58,9 +63,19 @@ class RankFailure:
     message: str
     traceback: str
     host: str = ""
+    attempt: int = 0
+    """The attempt that failed (0, then 1, ... after each restart or requeue)."""
+    time: float = 0.0
 
     def __str__(self) -> str:
-        return f"rank {self.rank} ({self.host}) raised {self.type}: {self.message}"
+        host = f" ({self.host})" if self.host else ""
+        return f"rank {self.rank}{host} raised {self.type}: {self.message}"
+
+    @classmethod
+    def from_record(cls, error: dict[str, Any]) -> RankFailure:
+        return cls(int(error.get("rank", -1)), str(error.get("type", "")), str(error.get("message", "")),
+                   str(error.get("traceback", "")), str(error.get("host") or ""), int(error.get("attempt") or 0),
+                   float(error.get("time") or 0.0))
 
 
 class Run:
@@ -130,7 +145,7 @@ class Run:
     def status(self) -> RunStatus:
         """Where the run stands: run and rank states, steps, rate (workbench.launch.status)."""
         done = self.job_done()
-        cancelled = bool(self.meta.get("cancelled"))
+        cancelled = self.meta.get("cancelled")
         self.metric_frames.poll()  # after job_done: once it says done, every record is on disk
         return run_status(self.dir, self.world_size, done, cancelled, self.metric_frames.frames,
                           self.event_summary().total_steps, _job_state(self.job))
@@ -156,19 +171,34 @@ class Run:
             time.sleep(poll_s)
 
     def _stop_survivors(self, status: RunStatus) -> None:
-        """A rank failed: the others stop themselves; cancel the job if some are still there later."""
+        """A rank failed: its agents end the attempt; end the job here if it is still there later."""
         if status.state != "failed" or self.job_done():
             return
         self._failed_at = self._failed_at or time.monotonic()
         if time.monotonic() - self._failed_at > STOP_GRACE_S:
-            self.job.cancel()
+            self._stop_job()
 
     def cancel(self) -> None:
-        """Stop every rank.  The latest finished checkpoint and all logged metrics stay."""
-        meta = self.meta
-        meta["cancelled"] = time.time()
-        write_json_atomic(self.dir.meta, meta)
-        if self.job is not None and not self.job_done():
+        """Stop every rank, from any handle (the submitting one, or Run.load after a kernel restart).
+        Returns once they are gone (a local run: at most about STOP_GRACE_S).  The latest finished
+        checkpoint and all logged metrics stay; the run is reported as cancelled."""
+        if self.job_done() and self.status().done:
+            return  # it ended already: a finished run stays finished
+        self.dir.mark_cancelled("Run.cancel()")
+        self._stop_job()
+
+    def _stop_job(self) -> None:
+        if isinstance(self.job, _LocalPid) or self.meta.get("executor") == "local":
+            host = self.meta.get("submit_host")
+            if host and host != socket.gethostname():
+                raise RuntimeError(f"run {self.folder} runs on {host}: cancel it there (workbench cancel)")
+            controller = _controller(self.meta) or (self.job.proc if isinstance(self.job, _LocalPid) else None)
+            # The controller asks the agents, they end their workers; then whatever is left is killed.
+            end([controller] if controller else [], STOP_GRACE_S)
+            end(self.dir.recorded("agent") + self.dir.recorded("worker"), 1.0)
+            if self.job is not None:
+                self.job_done()  # reap our own child
+        elif self.job is not None and not self.job_done():
             self.job.cancel()
 
     # --- results ---------------------------------------------------------------------------------
@@ -241,17 +271,21 @@ class Run:
         return [pickle.loads(found[r].read_bytes()) for r in range(self.world_size)]
 
     def exception(self, status: RunStatus | None = None) -> RankFailure | None:
-        """The first failure: the earliest rank error, or a rank that ended without a word (lost,
-        dated by its last heartbeat), whichever came first."""
-        failures = [(e.get("time", 0.0), _failure(rank, e)) for rank, e in self._errors().items()]
+        """The first failure of the latest attempt: the earliest rank error, or a rank that ended
+        without a word (lost, dated by its last heartbeat), whichever came first; when no rank left
+        a word at all, the last traceback in a rank's stderr (an error before the rank could report)."""
+        failures = [(f.time, f) for f in (_failure(rank, e) for rank, e in self._errors().items())]
         reported = {f.rank for _, f in failures}
-        for r in (status or self.status()).ranks:
+        status = status or self.status()
+        for r in status.ranks:
             if r.state == "lost" and r.rank not in reported:
                 age = r.heartbeat_age_s or 0.0
                 silent = age if age > LOST_AFTER_S else None  # else the job ended soon after its last beat
                 failure = RankFailure(r.rank, "Lost", lost_message(r.rank, silent), self.logs(r.rank, tail_bytes=4000),
-                                      r.host)
+                                      r.host, r.attempt)
                 failures.append((time.time() - (r.heartbeat_age_s or 0.0), failure))
+        if not failures and status.state == "failed":
+            return self._failure_from_stderr()
         return min(failures, key=lambda item: item[0])[1] if failures else None
 
     def _errors(self) -> dict[int, dict[str, Any]]:
@@ -260,6 +294,26 @@ class Run:
         for rank, path in self.dir.rank_files("errors").items():
             found[rank] = self.dir.read_error(rank) or {
                 "type": "UnknownError", "message": f"its error file {path} is damaged (see the warning above)"}
+        return found
+
+    def _failure_from_stderr(self) -> RankFailure | None:
+        for rank in range(self.world_size):
+            found = last_traceback(self.logs(rank, "err", tail_bytes=64_000))
+            if found is not None:
+                kind, message, text = found
+                return RankFailure(rank, kind, message, text)
+        return None
+
+    def failures(self) -> list[RankFailure]:
+        """The failure of each attempt on record, oldest first: each restarted attempt's
+        (errors/failure-N/) and the current one's.  Per attempt the first error is the failure; the
+        others' errors that followed it (a collective broken by it) stay in the files."""
+        found = []
+        for files in [*self.dir.archived_errors(), self.dir.rank_files("errors")]:
+            records = [_failure(rank, e) for rank, e in ((r, read_json(path)) for r, path in files.items())
+                       if isinstance(e, dict)]
+            if records:
+                found.append(min(records, key=lambda f: f.time))
         return found
 
     def health(self, status: RunStatus | None = None) -> dict[str, Any]:
@@ -375,8 +429,8 @@ def _failure(rank: int, e: dict[str, Any]) -> RankFailure:
     text = e.get("traceback", "")
     if os.environ.get("WORKBENCH_TRACEBACK") == "full":
         text = e.get("traceback_full", text)
-    return RankFailure(e.get("rank", rank), e.get("type", "UnknownError"), e.get("message", ""), text,
-                       e.get("host", ""))
+    return RankFailure(int(e.get("rank", rank)), str(e.get("type", "UnknownError")), str(e.get("message", "")), text,
+                       str(e.get("host") or ""), int(e.get("attempt") or 0), float(e.get("time") or 0.0))
 
 
 def _job_state(job: Any) -> str:
@@ -398,29 +452,42 @@ def _reattach_job(meta: dict[str, Any], run: RunDir) -> Any:
 
         return submitit.SlurmJob(folder=run.logs, job_id=job_id, tasks=tuple(range(min(world, MAX_WORLD_SIZE))))
     if meta.get("executor") == "local" and job_id.isdigit():
-        return _LocalPid(int(job_id))
+        return _LocalPid(_controller(meta) or Proc(int(job_id)))
     return None
 
 
-class _LocalPid:
-    """A local job seen from another process: alive while its controller process is."""
+def _controller(meta: dict[str, Any]) -> Proc | None:
+    """The local controller as the submitter recorded it (pid, start time, process group)."""
+    return Proc.from_dict(meta.get("controller"))
 
-    def __init__(self, pid: int):
-        self.pid = pid
+
+def live_job(run: RunDir) -> str | None:
+    """A description of the job still running in this run folder, or None."""
+    meta = read_json(run.meta, {}) or {}
+    job = _reattach_job(meta, run)
+    if job is None:
+        return None
+    try:
+        done = bool(job.done())
+    except Exception:  # noqa: BLE001 - the scheduler does not answer: assume it may be alive
+        done = False
+    return None if done else f"{meta.get('executor')} job {meta.get('job_id')}"
+
+
+class _LocalPid:
+    """A local job seen from another process: alive while its controller process is (the same
+    process: a pid the system gave to someone else since does not count)."""
+
+    def __init__(self, proc: Proc):
+        self.proc = proc
+        self.job_id = str(proc.pid)
 
     @property
     def state(self) -> str:
         return "RUNNING" if not self.done() else "FINISHED"
 
     def done(self) -> bool:
-        try:
-            with open(f"/proc/{self.pid}/stat") as fh:
-                return fh.read().split(")")[-1].split()[0] == "Z"
-        except FileNotFoundError:
-            return True
+        return not self.proc.alive()
 
     def cancel(self) -> None:
-        import signal
-
-        if not self.done():
-            os.kill(self.pid, signal.SIGINT)
+        self.proc.send(signal.SIGTERM)

@@ -50,7 +50,7 @@ class RankStatus:
 @dataclass
 class RunStatus:
     state: str
-    """pending, running, finished, failed, cancelled."""
+    """pending, running, restarting (after a failure, launch.max_restarts), finished, failed, cancelled."""
     ranks: list[RankStatus] = field(default_factory=list)
     step: int = 0
     """The step every rank has reached (the slowest rank's step)."""
@@ -108,7 +108,7 @@ class RunStatus:
         return f"{self.state} (step {self.step}{total}; ranks {ranks})"
 
 
-def run_status(run: RunDir, world_size: int, job_done: bool, cancelled: bool,
+def run_status(run: RunDir, world_size: int, job_done: bool, cancelled: float | bool | None,
                frames: dict[int, pd.DataFrame], total_steps: int | None = None, job_state: str = "",
                now: float | None = None) -> RunStatus:
     """Everything about where a run stands.  `frames` are the ranks' logged metrics, read after
@@ -143,10 +143,19 @@ def rank_statuses(run: RunDir, world_size: int, job_done: bool, logged: dict[int
     return out
 
 
-def overall_state(run: RunDir, ranks: list[RankStatus], job_done: bool, cancelled: bool) -> str:
-    if cancelled and job_done:
-        return "cancelled"
-    if run.ranks_with("errors") or any(r.state == "failed" for r in ranks):
+def overall_state(run: RunDir, ranks: list[RankStatus], job_done: bool, cancelled: float | bool | None) -> str:
+    """pending, running, restarting, finished, failed or cancelled.  A cancel that came after a rank
+    failed does not hide the failure; failures that followed the cancel (ranks stopping) are moot."""
+    errors = [e for e in (run.read_error(r) for r in run.rank_files("errors")) if isinstance(e, dict)]
+    if not errors and run.read_summary():  # every rank trained to the end together
+        return "finished"
+    if cancelled:
+        failed_first = any(float(e.get("time") or 0) < float(cancelled) for e in errors)
+        if job_done and not failed_first:
+            return "cancelled"
+    if not job_done and any(r.state == "restarting" for r in ranks):
+        return "restarting"
+    if errors or any(r.state == "failed" for r in ranks):
         return "failed"
     if run.read_summary():  # every rank trained to the end together; a late "lost" is moot
         return "finished"

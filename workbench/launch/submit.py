@@ -1,47 +1,59 @@
 """Submitting: validate, create the run folder, hand one rank process per rank to submitit, return a Run.
 
-`submit` trains the engine on every rank; `submit_script` runs an existing torchrun-style script.
-Both go through one pipeline (`_start`), so both get the same checks, run folder and Run handle."""
+`submit` trains the engine on every rank, `submit_script` runs an existing torchrun-style script or
+module, `submit_fn` calls a function.  All three go through one pipeline (`_start`): the same
+checks, run folder, one live job per folder, the same agent per rank and the same Run handle."""
 
 from __future__ import annotations
 
 import errno
 import shutil
+import time
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from workbench.config import JobConfig
 from workbench.configtypes import ConfigError
-from workbench.engine.entry import FnEntry, RankEntry, ScriptEntry
-from workbench.engine.rendezvous import RankContract
+from workbench.engine.entry import RankEntry
 from workbench.engine.script import FnJob, ScriptJob
 from workbench.engine.tasks import factory_label
 from workbench.launch.executors import make_executor
-from workbench.launch.run import Run
-from workbench.private import private_umask
+from workbench.launch.run import Run, live_job
+from workbench.private import private_umask, write_atomic
+from workbench.proctree import Proc
+from workbench.provenance import submit_provenance
 from workbench.rundir import RunDir, default_run_dir, safe_name
 
 
-def submit(cfg: JobConfig, task: Callable[..., Any] | None = None, run_dir: str | Path | None = None) -> Run:
+class SubmitError(RuntimeError):
+    """The run cannot start as asked (its folder is in use, its checkpoints cannot be read); the
+    message says what to do."""
+
+
+def submit(cfg: JobConfig, task: Callable[..., Any] | None = None, run_dir: str | Path | None = None, *,
+           from_scratch: bool = False, stop_with_caller: bool = False) -> Run:
     """Start `cfg` on its executor (local or SLURM) and return a live Run handle.
 
     `task` is an optional task factory (e.g. defined in a notebook cell) used instead of
     cfg.task.name; it is pickled by value and shipped to every rank.  Passing the run_dir of an
-    earlier run continues it from its latest checkpoint."""
+    earlier run continues it from its latest checkpoint (`from_scratch=True`: start over, its
+    checkpoints set aside).  A local run lives on when the submitting process ends (a kernel
+    restart): `Run.load(run_dir)` follows it again; `stop_with_caller=True` ends it with the caller."""
     factory = task
     if factory is not None:
         cfg = cfg.replace(task__name=factory_label(factory))
     elif cfg.task.name.startswith("<") and not cfg.task.name.startswith(("<script", "<function")):
         raise ConfigError([f"task.name: {cfg.task.name} was a Python object passed as task=; pass it again "
                            "(workbench.submit(cfg, task=...)) or name a factory as package.module:function"])
-    cfg_data = cfg.to_dict()
-    return _start(cfg, run_dir, lambda run, contract: RankEntry(cfg_data, str(run.root), contract, factory))
+    return _start(cfg, run_dir, work=factory, from_scratch=from_scratch, stop_with_caller=stop_with_caller)
 
 
 def submit_script(script: str | Path | None = None, args: list[str] | None = None, cfg: JobConfig | None = None,
                   nproc: int | None = None, run_dir: str | Path | None = None, *, module: str | None = None,
-                  cwd: str | Path | None = None, env: dict[str, str] | None = None) -> Run:
+                  cwd: str | Path | None = None, env: dict[str, str] | None = None,
+                  stop_with_caller: bool = False) -> Run:
     """Launch a torchrun-style script (or `module`, as `python -m` would) on cfg's executor, one
     process per rank, each with torchrun's environment.  `cwd` is the ranks' working folder (default:
     this one) and `env` extra environment variables for them."""
@@ -61,8 +73,8 @@ def submit_script(script: str | Path | None = None, args: list[str] | None = Non
         cfg = cfg.replace(launch__name=safe_name(name))
     job = ScriptJob(target, tuple(args or ()), module is not None, cfg.dist.threads_per_rank, cfg.dist.stall_after_s,
                     str(workdir), dict(env or {}))
-    return _start(cfg, run_dir, lambda run, contract: ScriptEntry(job, str(run.root), contract),
-                  script=job.label, args=list(job.args), cwd=job.cwd)
+    return _start(cfg, run_dir, work=job, stop_with_caller=stop_with_caller,
+                  facts={"script": job.label, "args": list(job.args), "cwd": job.cwd})
 
 
 def submit_fn(fn: Callable[..., Any], *args: Any, cfg: JobConfig | None = None, run_dir: str | Path | None = None,
@@ -77,7 +89,7 @@ def submit_fn(fn: Callable[..., Any], *args: Any, cfg: JobConfig | None = None, 
     cfg = cfg.replace(task__name=f"<function {name}>", **({} if cfg.launch.name else {"launch__name": safe_name(name)}))
     d = cfg.dist
     job = FnJob(fn, tuple(args), dict(kwargs), d.backend, float(d.timeout_s), d.threads_per_rank, d.stall_after_s)
-    return _start(cfg, run_dir, lambda run, contract: FnEntry(job, str(run.root), contract), function=job.label)
+    return _start(cfg, run_dir, work=job, facts={"function": job.label})
 
 
 def check_before_submit(cfg: JobConfig) -> None:
@@ -91,21 +103,30 @@ def check_before_submit(cfg: JobConfig) -> None:
         raise ConfigError(problems)
 
 
-def _start(cfg: JobConfig, run_dir: str | Path | None, entry: Callable[[RunDir, RankContract], Any],
-           **facts: Any) -> Run:
+def _start(cfg: JobConfig, run_dir: str | Path | None, *, work: Any = None, from_scratch: bool = False,
+           stop_with_caller: bool = False, facts: dict[str, Any] | None = None) -> Run:
+    """`work` is what the ranks' workers run besides the config: a task factory, a ScriptJob or an
+    FnJob (pickled into the run's task.pkl), or None for the engine with cfg.task.name."""
     check_before_submit(cfg)
-    run = _prepare(RunDir(Path(run_dir or default_run_dir(cfg))), cfg, facts)
-    with private_umask():  # submitit's pickles and logs, and every process it starts, stay private
-        executor, contract = make_executor(cfg, run)
-        job = executor.submit(entry(run, contract))
-    run.record_job(job.job_id)
+    run = RunDir(Path(run_dir or default_run_dir(cfg)))
+    existed = run.root.exists()
+    with run.locked("submit"):  # one submission at a time into a folder
+        _check_folder_free(run)
+        _check_checkpoints(run, from_scratch)
+        _prepare(run, cfg, {**(facts or {}), **submit_provenance()}, existed)
+        _write_task(run, work)
+        with private_umask():  # submitit's pickles and logs, and every process it starts, stay private
+            executor, contract = make_executor(cfg, run, stop_with_caller)
+            job = executor.submit(RankEntry(str(run.root), contract, cfg.launch.max_restarts))
+        controller = getattr(job, "_process", None)
+        found = Proc.of(controller.pid, group=True) if controller is not None else None
+        run.record_job(job.job_id, **({"controller": found.to_dict()} if found else {}))
     return Run(run.root, job)
 
 
-def _prepare(run: RunDir, cfg: JobConfig, facts: dict[str, Any]) -> RunDir:
+def _prepare(run: RunDir, cfg: JobConfig, facts: dict[str, Any], existed: bool) -> RunDir:
     """Make the run folder; a full disk or a folder we may not write is one ConfigError line (and
     a folder made for this run is removed again)."""
-    existed = run.root.exists()
     try:
         return run.prepare(cfg, cfg.launch.executor, **facts)
     except OSError as exc:
@@ -123,3 +144,51 @@ _FIXES = {
     errno.EPERM: "set launch.run_root to a folder you can write",
     errno.EROFS: "the disk is read-only: set launch.run_root to a folder you can write",
 }
+
+
+def _check_folder_free(run: RunDir) -> None:
+    """One live job per run folder: a second one would write over the first one's files."""
+    if not run.meta.exists():
+        return
+    alive = live_job(run)
+    if alive:
+        raise SubmitError(f"run folder {run.root} is in use by {alive}, still running; wait for it, cancel it "
+                          f"(workbench cancel {run.root}, or Run.load(folder).cancel()), or choose another folder")
+
+
+def _check_checkpoints(run: RunDir, from_scratch: bool) -> None:
+    """A resumed run with checkpoints none of which can be read fails here, naming them, instead of
+    silently training from step 0.  `from_scratch` sets every checkpoint aside instead."""
+    found = sorted(run.checkpoints.glob("step-*.pt")) if run.checkpoints.is_dir() else []
+    if from_scratch and found:
+        aside = run.checkpoints / f"set-aside-{time.strftime('%Y%m%d-%H%M%S')}"
+        aside.mkdir(mode=0o700)
+        for path in found:
+            path.rename(aside / path.name)
+        return
+    unreadable = {path: _unreadable(path) for path in found}
+    if found and all(unreadable.values()):
+        names = "; ".join(f"{path.name}: {why}" for path, why in unreadable.items())
+        raise SubmitError(f"run folder {run.root} has checkpoints but none can be read ({names}); pass "
+                          "from_scratch=True (workbench run --from-scratch) to start over with them set aside")
+
+
+def _unreadable(path: Path) -> str | None:
+    """Why a checkpoint cannot be what torch.save wrote (a zip archive), cheaply; None if it may be."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            archive.namelist()
+    except (OSError, zipfile.BadZipFile) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def _write_task(run: RunDir, work: Any) -> None:
+    """What the workers run (a task factory passed as an object, a ScriptJob, an FnJob), pickled by
+    value where cloudpickle can (the worker unpickles it and reports a failure like any other)."""
+    if work is None:
+        run.task_pickle.unlink(missing_ok=True)
+        return
+    import cloudpickle
+
+    write_atomic(run.task_pickle, cloudpickle.dumps(work))  # 0600: a pickle is code

@@ -60,6 +60,7 @@ class Dashboard:
         self.stacks = w.HTML()
         self.report = w.HTML()
         self.failure = w.HTML(layout=w.Layout(display="none"))
+        self.restarts = w.HTML()
         self.error = w.HTML()
         ranks = [(f"rank {r}", r) for r in range(max(1, self.run.world_size))]
         self.rank_select = w.Dropdown(options=ranks, value=0, description="log of",
@@ -76,7 +77,7 @@ class Dashboard:
         metrics = w.HBox([w.HTML("metrics:"), *self.downloads.values(), self.download_link],
                          layout=w.Layout(align_items="center"))
         self.widget = w.VBox([header, self.badges, self.health, self.plot.widget, metrics, self.failure,
-                              self.stacks, self.report, self.rank_select, self.log, self.error])
+                              self.restarts, self.stacks, self.report, self.rank_select, self.log, self.error])
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         return self.widget._repr_mimebundle_(**kwargs)
@@ -154,6 +155,7 @@ class Dashboard:
             self.plot.show(state.frame, state.evals)
             self._plot_version = self.run.metric_frames.version
         self._show_failure(state)
+        self.restarts.value = restarts_html(state.earlier_failures)
         self._show_log(force=state.done)
         if state.done:
             self.cancel_button.disabled = True
@@ -280,6 +282,12 @@ def failure_html(state: DashboardState) -> str:
 LOG_STYLE = ("max-height:220px;overflow:auto;font-size:80%;padding:4px 6px;margin:0;"
              "background:var(--jp-layout-color2,#eee);color:var(--jp-content-font-color1,#222)")
 """The theme's own pair (readable in light and dark themes)."""
+
+
+def restarts_html(failures: list[str]) -> str:
+    """Failed attempts that were restarted, folded: one summary line each, the traceback inside."""
+    return "".join(f"<details><summary>↻ {html.escape(text.splitlines()[0])}</summary>"
+                   f"<pre style='font-size:75%'>{html.escape(text)}</pre></details>" for text in failures)
 
 
 def log_html(text: str, rank: int = 0) -> str:

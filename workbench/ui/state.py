@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 BADGE_COLOURS = {
     "pending": "#757575", "starting": "#0277bd", "running": "#1565c0", "finished": "#2e7d32",
     "failed": "#c62828", "aborted": "#ad5700", "interrupted": "#ad5700", "requeued": "#6a1b9a",
-    "lost": "#4a148c",
+    "lost": "#4a148c", "restarting": "#6a1b9a",
 }
 """A colour for every state in workbench.rankstate.RANK_STATES (white text on each reads at >= 4.5:1)."""
 
@@ -65,6 +65,8 @@ class DashboardState:
     """The validation results so far (Run.evals())."""
     line: str = ""
     """RunStatus.progress_line(): state, step, progress, rate, ETA, as `workbench show` prints them."""
+    earlier_failures: list[str] = field(default_factory=list)
+    """Failures of attempts that were restarted (launch.max_restarts), each with its traceback's end."""
 
 
 # --- the state -------------------------------------------------------------------------------------
@@ -96,6 +98,17 @@ def read_state(run: Run, max_points: int) -> DashboardState:
     state.evals = run.evals()
     state.health = run.health(status)  # the status just read: no second pass over the files
     state.stacks = run.stacks() if state.health["stalled_ranks"] else {}
+    state.earlier_failures = earlier_failures(run.failures(), failure)
     return state
 
 
+def earlier_failures(failures: list[RankFailure], current: RankFailure | None) -> list[str]:
+    """Each failure on record but the current one: "attempt A: rank R raised T: message" and the
+    last lines of its traceback."""
+    shown = []
+    for f in failures:
+        if current is not None and (f.rank, f.attempt) == (current.rank, current.attempt):
+            continue
+        tail = "\n".join(f.traceback.rstrip().splitlines()[-8:])
+        shown.append(f"attempt {f.attempt}: {f}" + (f"\n{tail}" if tail else ""))
+    return shown

@@ -1,0 +1,87 @@
+"""A kernel restart in a real JupyterLab (headless Chromium, Playwright) while a run trains: the run
+goes on, and `Run.load(folder).dashboard()` in the restarted kernel follows it until both ranks
+are finished."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.browser_fixture import CHROMIUM_ARGS, JupyterLab, chromium, jupyter_lab  # noqa: F401 (fixtures)
+from tests.lifecycle import assert_nothing_left, report
+from tests.test_browser import wait_kernel_idle
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(420)]
+
+CELLS = [
+    """import workbench
+from workbench.config import JobConfig
+cfg = JobConfig.from_dict({
+    "task": {"name": "tests.tasks_for_tests:slow", "options": {"delay_s": 0.05, "n_train": 2048, "n_val": 256}},
+    "train": {"micro_batch_size": 16, "epochs": 100, "max_steps": 400, "checkpoint_every_steps": 50},
+    "dist": {"procs_per_node": 2, "threads_per_rank": 1},
+    "launch": {"run_root": "runs", "time_limit": "10"},
+})
+run = workbench.submit(cfg)
+open("folder.txt", "w").write(str(run.folder))
+run.dashboard()""",
+    """import workbench
+workbench.Run.load(open("folder.txt").read()).dashboard()""",
+]
+
+
+def _notebook(path: Path) -> None:
+    cells = [{"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+              "source": source} for source in CELLS]
+    path.write_text(json.dumps({"cells": cells, "nbformat": 4, "nbformat_minor": 5, "metadata": {
+        "kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"},
+        "language_info": {"name": "python"}}}))
+
+
+def _run_cell(page, index: int) -> None:
+    page.locator(".jp-NotebookPanel .jp-Cell").nth(index).locator(".jp-InputArea-editor").click()
+    page.keyboard.press("Shift+Enter")
+
+
+def test_the_dashboard_reattaches_after_a_kernel_restart(chromium, jupyter_lab: JupyterLab):  # noqa: F811
+    from playwright.sync_api import expect, sync_playwright
+
+    import workbench
+
+    _notebook(jupyter_lab.root / "reattach.ipynb")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(chromium), headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.set_default_timeout(30_000)
+            page.goto(jupyter_lab.url("reattach.ipynb"), timeout=90_000)
+            wait_kernel_idle(page, 90_000)
+            _run_cell(page, 0)
+            first = page.locator(".jp-NotebookPanel .jp-Cell").nth(0)
+            expect(first.locator(".wb-badge.wb-running")).to_have_count(2, timeout=150_000)
+            folder = Path((jupyter_lab.root / "folder.txt").read_text())
+
+            page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Kernel$")).click()
+            page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Restart Kernel")).first.click()
+            page.locator(".jp-Dialog .jp-mod-accept").click()  # "Restart"
+            restarted = time.monotonic()
+            wait_kernel_idle(page, 60_000)
+            run = workbench.Run.load(folder)
+            assert run.status().state == "running", "the run must outlive its kernel"
+
+            _run_cell(page, 1)
+            second = page.locator(".jp-NotebookPanel .jp-Cell").nth(1)
+            expect(second.locator(".wb-badge.wb-running, .wb-badge.wb-finished")).to_have_count(2, timeout=60_000)
+            report("kernel restart in JupyterLab -> reattached dashboard shows the ranks",
+                   time.monotonic() - restarted)
+            expect(second.locator(".wb-badge.wb-finished")).to_have_count(2, timeout=180_000)
+            expect(second.locator("button.widget-button", has_text="finished")).to_be_disabled(timeout=60_000)
+        finally:
+            browser.close()
+    assert run.wait(timeout=60).state == "finished"
+    assert run.metrics().groupby("rank")["step"].max().tolist() == [400, 400]
+    assert_nothing_left(folder)

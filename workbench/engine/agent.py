@@ -1,0 +1,285 @@
+"""The agent: the process submitit starts for each rank.  It runs the rank in a child process (the
+worker, ``python -m workbench.engine.worker``) and owns that child's whole life, as torchrun's agent
+does:
+
+- the worker runs in a process group of its own and gets SIGKILL from the kernel if the agent dies;
+  the agent itself gets SIGTERM if whatever started it (the local controller, slurmstepd) dies;
+- whatever ends an attempt (the worker finished, raised, was killed, hung; a peer failed; SIGTERM,
+  SIGINT or SIGHUP to the agent), the agent ends the worker's group: SIGTERM, SIGKILL after
+  proctree.KILL_AFTER_S;
+- a worker that died without writing its error file gets one from its agent: the signal that killed
+  it, or the last traceback on its stderr, or a full disk;
+- after a failure, with ``launch.max_restarts`` left, every rank's agent starts its worker again
+  (from the run's latest checkpoint), together: each marks its worker down, rank 0 moves the
+  failed attempt's error files to errors/failure-N/ and publishes a fresh meeting port, the others
+  wait for it.  The worker sees TORCHELASTIC_RESTART_COUNT as under torchrun."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+from workbench.engine.env import DistEnv
+from workbench.engine.monitor import PEER_FAILED_EXIT_CODE, node_name
+from workbench.engine.preempt import SIGNAL as PREEMPT_SIGNAL
+from workbench.engine.rendezvous import RankContract, attempt, publish_port
+from workbench.engine.worker import ATTEMPT_ENV, REQUEUE_EXIT_CODE
+from workbench.failures import error_record, last_traceback, reserve_error_space, write_error
+from workbench.proctree import KILL_AFTER_S, Proc, end, parent_death_signal, signal_name
+from workbench.rankstate import HEARTBEAT_S, killed_message
+from workbench.rundir import RunDir, read_json, write_json_atomic
+from workbench.stream import JsonlWriter
+
+POLL_S = 0.1
+PEER_EXIT_GRACE_S = 2 * HEARTBEAT_S + 2
+"""After a peer's failure a worker stops itself within a heartbeat; past this its agent ends it."""
+REGROUP_TIMEOUT_S = 300.0
+STDERR_TAIL_BYTES = 32_000
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+class RankFailed(RuntimeError):
+    """The rank's last attempt failed (its error file says how)."""
+
+
+def run_agent(run_dir: str, contract: RankContract, worker_args: list[str], max_restarts: int) -> dict[str, Any]:
+    """The body of a submitit task: be the agent of this rank until the run ends."""
+    import submitit
+
+    run = RunDir(run_dir)
+    env = contract.export(run)
+    agent = RankAgent(run, env, worker_args, max_restarts, f"{submitit.JobEnvironment().job_id}-{attempt()}")
+    outcome = agent.serve()
+    if outcome == "requeue" and env.rank == 0:
+        agent.hand_over_preemption()  # submitit: checkpoint(), requeue, exit
+    if outcome == "failed":
+        raise RankFailed(f"rank {env.rank} failed: {run.error(env.rank)}")
+    if outcome == "stopped":
+        sys.exit(128 + agent.stop_signal)
+    return {"rank": env.rank, "outcome": outcome}
+
+
+class RankAgent:
+    def __init__(self, run: RunDir, env: DistEnv, worker_args: list[str], max_restarts: int, job_key: str):
+        self.run, self.env, self.worker_args, self.max_restarts = run, env, list(worker_args), max_restarts
+        self.job_key, self.requeue = job_key, attempt()
+        self.rank = env.rank
+        self.worker: subprocess.Popen[bytes] | None = None
+        self.proc: Proc | None = None
+        self.stop_signal = 0
+        self._preempt_handler: Callable[..., Any] | int | None = None
+        self._stderr_from = 0
+        self._alive_at = time.time()
+        self._kill_after_s = KILL_AFTER_S
+
+    # --- the loop --------------------------------------------------------------------------------
+    def serve(self) -> str:
+        """Run attempts until one finishes, is stopped or requeued, or the restarts are spent."""
+        parent_death_signal(signal.SIGTERM)()  # whoever started us ended: stop our worker too
+        self._install_signals()
+        outcome = "failed"
+        for restart in range(self.max_restarts + 1):
+            if restart and not self._regroup(restart):
+                break
+            outcome = self._attempt(restart)
+            if outcome != "failed" or self.stop_signal:
+                break
+        return "stopped" if self.stop_signal else outcome
+
+    def _attempt(self, restart: int) -> str:
+        if self.stop_signal:
+            return "stopped"
+        number = self.requeue * (self.max_restarts + 1) + restart
+        reserve_error_space(self.run, self.rank)
+        self._stderr_from = _stderr_size()
+        self.worker = worker = subprocess.Popen(
+            [sys.executable, "-m", "workbench.engine.worker", str(self.run.root), *self.worker_args],
+            env=self._worker_env(restart, number), start_new_session=True,
+            preexec_fn=parent_death_signal(signal.SIGKILL))
+        self.proc = Proc.of(worker.pid, group=True) or Proc(worker.pid, 0, worker.pid)
+        self._record_procs(number)
+        self._kill_after_s = KILL_AFTER_S
+        outcome = self._watch(worker, number)
+        end([self.proc], self._kill_after_s)
+        worker.poll()  # reap it
+        return outcome
+
+    def _worker_env(self, restart: int, number: int) -> dict[str, str]:
+        return {**os.environ, "MASTER_PORT": str(self.env.master_port), ATTEMPT_ENV: str(number),
+                "TORCHELASTIC_RESTART_COUNT": str(restart), "TORCHELASTIC_MAX_RESTARTS": str(self.max_restarts)}
+
+    def _watch(self, worker: subprocess.Popen[bytes], number: int) -> str:
+        peer_failed_at: float | None = None
+        while True:
+            code = worker.poll()
+            if code is not None:
+                return self._ended(code, number)
+            self._alive_at = time.time()  # a death is dated here: before any peer's error about it
+            if self.stop_signal:
+                return "stopped"
+            seen = self._failure_seen(number) if peer_failed_at is None else "peer"
+            if seen == "lost":
+                self._kill_after_s = 0.0  # silent past rankstate.LOST_AFTER_S: no use asking it
+                return "failed"
+            if seen and peer_failed_at is None:
+                peer_failed_at = time.monotonic()
+            if peer_failed_at is not None and time.monotonic() - peer_failed_at > PEER_EXIT_GRACE_S:
+                return "failed"  # it did not stop by itself (hung, stopped): end() ends it
+            time.sleep(POLL_S)
+
+    def _ended(self, code: int, number: int) -> str:
+        if code == 0:
+            return "finished"
+        if code == REQUEUE_EXIT_CODE:
+            return "requeue"
+        if self.stop_signal:
+            return "stopped"
+        if code != PEER_FAILED_EXIT_CODE:
+            self._ensure_error(code, number)
+        return "failed"
+
+    def _failure_seen(self, number: int) -> str | None:
+        """"lost" when a neighbour reported this rank's (live but silent: hung, stopped) worker lost,
+        "peer" when another rank failed in this attempt, else None."""
+        seen = None
+        for rank, path in self.run.rank_files("errors").items():
+            error = read_json(path)
+            if isinstance(error, dict) and error.get("attempt") == number:
+                if rank == self.rank:
+                    return "lost"
+                seen = "peer"
+        return seen
+
+    # --- a worker that died without a word -------------------------------------------------------
+    def _ensure_error(self, code: int, number: int) -> None:
+        """Write the rank's error file from what is known: the killing signal, the last traceback
+        on its stderr, a full disk."""
+        error = read_json(self.run.error(self.rank))
+        if isinstance(error, dict) and error.get("attempt") == number:
+            return  # the worker said it itself
+        stderr = _stderr_tail(self._stderr_from)
+        found = last_traceback(stderr)
+        if code < 0:
+            kind, message, text = "Lost", killed_message(self.rank, signal_name(code)), stderr
+        elif found is not None:
+            kind, message, text = found
+        else:
+            kind, message, text = "Exited", f"rank {self.rank}'s process exited with status {code}", stderr
+        if _disk_full(self.run.root):
+            message += f"; disk full: no space left on the filesystem of {self.run.root}"
+        status = read_json(self.run.status(self.rank)) or {}
+        record = {**error_record(self.rank, kind, message, text, number, node_name(), status.get("step"),
+                                 exit_code=code, reported_by="agent"), "time": self._alive_at}
+        with contextlib.suppress(OSError):
+            write_error(self.run, self.rank, record)
+            self._event("error", number, type=kind, message=message)
+
+    # --- restarting together ---------------------------------------------------------------------
+    def _regroup(self, restart: int) -> bool:
+        """Wait until every rank's worker is down, then meet at a fresh port; False if stopped."""
+        key = f"{self.job_key}-restart{restart}"
+        number = self.requeue * (self.max_restarts + 1) + restart
+        self._write_status("restarting", number)
+        write_json_atomic(self.run.rendezvous(f"{key}-down-rank{self.rank}"), {"time": time.time()})
+        if self.rank == 0:
+            if not self._wait_for(lambda: all(self.run.rendezvous(f"{key}-down-rank{r}").exists()
+                                             for r in range(self.env.world_size))):
+                return False
+            failed = sorted((read_json(p) or {} for p in self.run.rank_files("errors").values()),
+                            key=lambda e: float(e.get("time") or 0))  # the first is the cause
+            self.run.archive_errors()
+            self._event("restart", number, restart=restart, max_restarts=self.max_restarts,
+                        failures=[{k: e.get(k) for k in ("rank", "type", "message", "step", "time")} for e in failed])
+            port = publish_port(self.run.rendezvous(key), self.env.master_addr)
+        else:
+            if not self._wait_for(lambda: read_json(self.run.rendezvous(key)) is not None):
+                return False
+            port = int(read_json(self.run.rendezvous(key))["port"])
+        self.env = dataclasses.replace(self.env, master_port=port)
+        return True
+
+    def _wait_for(self, ready: Callable[[], bool]) -> bool:
+        deadline = time.monotonic() + REGROUP_TIMEOUT_S
+        while not ready():
+            if self.stop_signal:
+                return False
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"rank {self.rank}: the other ranks did not come back for a restart within "
+                                   f"{REGROUP_TIMEOUT_S:.0f} s (see {self.run.folder('rendezvous')})")
+            time.sleep(POLL_S)
+        return True
+
+    # --- signals ---------------------------------------------------------------------------------
+    def _install_signals(self) -> None:
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, self._stop)
+        self._preempt_handler = signal.signal(PREEMPT_SIGNAL, self._forward_preemption)
+
+    def _stop(self, signum: int, frame: FrameType | None) -> None:
+        self.stop_signal = self.stop_signal or signum
+
+    def _forward_preemption(self, signum: int, frame: FrameType | None) -> None:
+        if self.worker is not None and self.worker.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.worker.send_signal(signum)
+
+    def hand_over_preemption(self) -> None:
+        """Give the preemption to submitit's own handler (checkpoint(), requeue the job, exit)."""
+        handler = self._preempt_handler
+        if callable(handler):
+            signal.signal(PREEMPT_SIGNAL, handler)
+            handler(PREEMPT_SIGNAL, None)
+
+    # --- records ---------------------------------------------------------------------------------
+    def _record_procs(self, number: int) -> None:
+        me = Proc.of(os.getpid())
+        write_json_atomic(self.run.procs(self.rank), {
+            "rank": self.rank, "host": node_name(), "attempt": number, "time": time.time(),
+            "agent": me.to_dict() if me else None, "worker": self.proc.to_dict() if self.proc else None})
+
+    def _write_status(self, state: str, number: int) -> None:
+        record = {**(read_json(self.run.status(self.rank)) or {}), "rank": self.rank, "state": state,
+                  "time": time.time(), "attempt": number, "host": node_name()}
+        with contextlib.suppress(OSError):
+            write_json_atomic(self.run.status(self.rank), record)
+
+    def _event(self, kind: str, number: int, **fields: Any) -> None:
+        with contextlib.suppress(OSError):
+            writer = JsonlWriter(self.run.events(self.rank))
+            writer.write({"event": kind, "rank": self.rank, "time": time.time(), "attempt": number, **fields})
+            writer.close()
+
+
+def _stderr_size() -> int:
+    try:
+        return os.fstat(2).st_size
+    except OSError:
+        return 0
+
+
+def _stderr_tail(start: int) -> str:
+    """What was written to this process's stderr file (the rank's log) since `start`, its end."""
+    try:
+        path = os.readlink("/proc/self/fd/2")
+        with open(path, "rb") as fh:
+            size = fh.seek(0, 2)
+            fh.seek(max(start, size - STDERR_TAIL_BYTES))
+            return fh.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _disk_full(path: os.PathLike[str]) -> bool:
+    try:
+        found = os.statvfs(path)
+    except OSError:
+        return False
+    return found.f_bavail * found.f_frsize < 64 * 1024

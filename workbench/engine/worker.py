@@ -1,0 +1,75 @@
+"""One rank's training process, started by its agent (``workbench.engine.agent``):
+
+    python -m workbench.engine.worker RUN_DIR
+
+It finds its rank in the torchrun environment the agent set, the config in RUN_DIR/config.yaml
+and what else it runs in RUN_DIR/task.pkl (a task factory passed as a Python object, a script
+or a function), so that unpickling it is part of
+the rank's reported work (a failure there names the rank, the type and the traceback).  SIGTERM
+and SIGHUP stop it like Ctrl-C: the rank records that it was interrupted and exits."""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import os
+import signal
+import sys
+from types import FrameType
+
+REQUEUE_EXIT_CODE = 76
+"""The worker checkpointed after a preemption or time-limit signal: its agent hands the job back."""
+ATTEMPT_ENV = "WORKBENCH_ATTEMPT"
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP: stop like Ctrl-C (recorded as interrupted, not as a failure)."""
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    raise Terminated(signal.Signals(signum).name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m workbench.engine.worker")
+    parser.add_argument("run_dir")
+    args = parser.parse_args(argv)
+    faulthandler.enable()  # a crash in C code still prints the Python stacks to the rank's stderr
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _terminate)
+    attempt = int(os.environ.get(ATTEMPT_ENV, "0"))
+    try:
+        from workbench.engine.script import FnJob, ScriptJob, run_fn_rank, run_script_rank
+
+        work = _peek_work(args.run_dir)
+        rank = int(os.environ["RANK"])
+        if isinstance(work, ScriptJob):
+            run_script_rank(work, args.run_dir, rank, attempt)
+            return 0
+        if isinstance(work, FnJob):
+            run_fn_rank(work, args.run_dir, rank, attempt)
+            return 0
+        from workbench.config import JobConfig
+        from workbench.engine.rank import run_rank
+        from workbench.rundir import RunDir
+
+        summary = run_rank(JobConfig.from_yaml(RunDir(args.run_dir).config), args.run_dir, None, attempt)
+        return REQUEUE_EXIT_CODE if summary.get("stop_reason") == "preempted" else 0
+    except Terminated as exc:
+        return 128 + signal.Signals[str(exc)].value
+
+
+def _peek_work(run_dir: str) -> object:
+    """What task.pkl holds (a script, a function, or a task factory), or None.  A factory that does
+    not unpickle here is unpickled again inside the engine's own reporting, which records the error."""
+    from workbench.engine.tasks import load_task_factory
+    from workbench.rundir import RunDir
+
+    try:
+        return load_task_factory(RunDir(run_dir))
+    except Exception:  # noqa: BLE001 - reported by the rank that loads it again (run_rank)
+        return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

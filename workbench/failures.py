@@ -1,0 +1,101 @@
+"""How a rank's failure is written down and described: one wording for the rank itself (its error
+file), its agent (a worker that died without one), and every reader (``Run.exception``).
+
+A full disk is named as such with the path being written, whichever layer raised it (torch's zip
+writer wraps the OSError in a RuntimeError).  An error file can still be written on a full disk:
+each rank keeps a small reserved file that is filled in place and renamed into place."""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import time
+from typing import Any
+
+from workbench.rundir import RunDir, write_json_atomic
+
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+RESERVE_BYTES = 64 * 1024
+_TRACEBACK = "Traceback (most recent call last):"
+
+
+def disk_full_cause(exc: BaseException | None) -> OSError | None:
+    """The ENOSPC/EDQUOT OSError behind `exc` (itself, its cause or its context), if any."""
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:
+            return exc
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
+
+
+def disk_full_error(path: str | os.PathLike[str], cause: OSError) -> OSError:
+    """An OSError that says "disk full" and names the file that could not be written."""
+    what = "quota exceeded" if cause.errno == errno.EDQUOT else "no space left on device"
+    return OSError(cause.errno, f"disk full ({what}) writing {os.fspath(path)}", os.fspath(path))
+
+
+def describe(exc: BaseException) -> tuple[str, str]:
+    """(type, message) of an exception as users see it; a full disk says so, with the path."""
+    full = disk_full_cause(exc)
+    if full is not None:
+        message = full.strerror or str(full)
+        if "disk full" not in message:
+            message = f"disk full ({message})" + (f" writing {full.filename}" if full.filename else "")
+        return type(full).__name__, message
+    return type(exc).__name__, str(exc)
+
+
+def last_traceback(text: str) -> tuple[str, str, str] | None:
+    """(type, message, traceback text) of the last Python traceback printed in `text` (a rank's
+    stderr), or None when there is none."""
+    start = text.rfind(_TRACEBACK)
+    if start < 0:
+        return None
+    lines = text[start:].splitlines()
+    for i, line in enumerate(lines[1:], 1):
+        if line and not line[0].isspace():  # the first unindented line after the frames
+            kind, _, message = line.partition(":")
+            if re.fullmatch(r"[\w.]+", kind.strip()):
+                return kind.strip().rsplit(".", 1)[-1], message.strip(), "\n".join(lines[: i + 1]) + "\n"
+    return None
+
+
+def reserve_error_space(run: RunDir, rank: int) -> None:
+    """Set aside room for this rank's error file while there is some (see write_error)."""
+    path = run.error_reserve(rank)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists() or path.stat().st_size < RESERVE_BYTES:
+            path.write_bytes(b" " * RESERVE_BYTES)
+    except OSError:
+        pass  # already full: write_error tries the normal way
+
+
+def write_error(run: RunDir, rank: int, record: dict[str, Any]) -> None:
+    """Write errors/rank{R}.json atomically; on a full disk, into the reserved file (JSON padded with
+    spaces, which a JSON reader ignores), renamed into place."""
+    import json
+
+    try:
+        write_json_atomic(run.error(rank), record)
+        return
+    except OSError as exc:
+        if exc.errno not in DISK_FULL_ERRNOS or not run.error_reserve(rank).exists():
+            raise
+    data = json.dumps(record, default=str).encode()
+    if len(data) > RESERVE_BYTES:  # keep the end of the traceback, where the error is
+        record = {**record, "traceback": "...\n" + str(record.get("traceback", ""))[-RESERVE_BYTES // 2:]}
+        data = json.dumps(record, default=str).encode()[:RESERVE_BYTES]
+    reserve = run.error_reserve(rank)
+    with open(reserve, "r+b") as fh:
+        fh.write(data + b" " * (RESERVE_BYTES - len(data)))
+    os.replace(reserve, run.error(rank))
+
+
+def error_record(rank: int, kind: str, message: str, traceback: str, attempt: int, host: str = "",
+                 step: int | None = None, **extra: Any) -> dict[str, Any]:
+    """The fields of an error file (one schema for the rank, its agent and its ring neighbour)."""
+    return {"rank": rank, "type": kind, "message": message, "traceback": traceback, "time": time.time(),
+            "step": step, "host": host, "attempt": attempt, **extra}

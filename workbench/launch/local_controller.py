@@ -1,0 +1,87 @@
+"""The controller of a local run: one process per run, in a session of its own, so that the notebook
+kernel or shell that submitted the run may go away (a kernel restart kills the kernel's whole
+process group) while the run trains on.  ``Run.load(folder)`` follows it again.
+
+It is submitit's local controller (start one task per rank, the time limit and the warning signal
+before it, requeue), with workbench's teardown: SIGTERM, SIGINT or SIGHUP, however often sent, ask
+every rank's agent to stop (each ends its worker); after STOP_GRACE_S whatever is left is killed,
+the agents and the workers' process groups recorded in the run folder.  A stop is noted in run.json
+so the run is reported as cancelled.  Started by ``python -m workbench.launch.local_controller``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from submitit.local import local as submitit_local
+
+from workbench.engine.rendezvous import REQUEUES_ENV
+from workbench.proctree import KILL_AFTER_S, Proc, end
+from workbench.rundir import RunDir
+
+RUN_DIR_ENV = "WORKBENCH_RUN_DIR"
+STOP_GRACE_S = KILL_AFTER_S + 5.0
+"""Agents asked to stop get this long to end their workers before everything left is killed."""
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+class Controller(submitit_local.Controller):
+    def __init__(self, folder: Path):
+        super().__init__(folder)
+        self.rundir = RunDir(os.environ[RUN_DIR_ENV])
+        self.stop_signal = 0
+        self.generation = 0
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, self._request_stop)
+
+    def _request_stop(self, signum: int, frame: FrameType | None) -> None:
+        self.stop_signal = self.stop_signal or signum
+
+    def start_tasks(self) -> None:
+        os.environ[REQUEUES_ENV] = str(self.generation)  # a requeued generation is a new attempt
+        self.generation += 1
+        if not self.stop_signal:
+            super().start_tasks()
+
+    def wait(self, freq: int = 24) -> list[int | None]:
+        """Until every task ended, a stop was asked for, or the time limit passed (the warning
+        signal goes out signal_delay_s before it)."""
+        started = time.monotonic()
+        warned = False
+        while True:
+            codes = [t.poll() for t in self.tasks]
+            if all(c is not None for c in codes):
+                return codes
+            if self.stop_signal:
+                self.rundir.mark_cancelled(f"{signal.Signals(self.stop_signal).name} to the local controller")
+                return codes
+            elapsed = time.monotonic() - started
+            if not warned and elapsed >= self.timeout_s - self.signal_delay_s:
+                self._forward_signal(submitit_local.LocalJobEnvironment._usr_sig())
+                warned = True
+            if elapsed >= self.timeout_s:
+                return codes
+            time.sleep(1.0 / freq)
+
+    def kill_tasks(self) -> None:
+        """Ask the agents to stop, then kill what is left: agents, and the workers' groups."""
+        agents = [p for p in (Proc.of(t.pid) for t in self.tasks if t.poll() is None) if p is not None]
+        end(agents, STOP_GRACE_S)
+        end(self.rundir.recorded("worker"), 1.0)
+        for task in self.tasks:
+            task.poll()
+        super().kill_tasks()  # closes the log files (nothing is left to signal)
+
+
+def main(argv: list[str] | None = None) -> Any:
+    args = sys.argv[1:] if argv is None else argv
+    Controller(Path(args[0])).run()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""A terminal command that starts a run owns it: SIGINT (Ctrl-C), SIGTERM and SIGHUP (the terminal
+closed) cancel the run, and so does an error in the command's own follow loop; the command ends with
+a one-line report, not a traceback.  If the command is killed outright (SIGKILL), the kernel stops
+the run's controller for it (``submit(stop_with_caller=True)``).  ``--detach`` leaves the run alone."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+from collections.abc import Iterator
+from types import FrameType
+from typing import Any
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+CANCEL_WAIT_S = 60.0
+
+
+class Interrupted(KeyboardInterrupt):
+    """A stop signal reached the command (its number is `signum`)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise(signum: int, frame: FrameType | None) -> None:
+    raise Interrupted(signum)
+
+
+def _note(signum: int, frame: FrameType | None) -> None:
+    _say(f"[workbench] {signal.Signals(signum).name} again: still stopping the run")
+
+
+@contextlib.contextmanager
+def stop_signals_interrupt() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP raise Interrupted in the main thread while inside; a signal the
+    command was started ignoring stays ignored (`nohup workbench run ...` survives the terminal)."""
+    previous = {sig: signal.signal(sig, _raise) for sig in STOP_SIGNALS if signal.getsignal(sig) != signal.SIG_IGN}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def cancel_owned(run: Any, why: str) -> Any:
+    """Cancel `run` because its owner is stopping; further signals only say it is in progress.
+    Returns the final status (or None if the ranks did not all stop in time)."""
+    for sig in STOP_SIGNALS:
+        if signal.getsignal(sig) != signal.SIG_IGN:
+            signal.signal(sig, _note)
+    _say(f"[workbench] {why}: cancelling the run (every rank stops; checkpoints and metrics stay)")
+    run.cancel()
+    try:
+        return run.wait(timeout=CANCEL_WAIT_S)
+    except TimeoutError:
+        return None
+
+
+def print_detached(run: Any) -> None:
+    print(f"[workbench] run folder: {run.folder}\n"
+          f"[workbench] detached: the run goes on without this command\n"
+          f"  follow it:  workbench follow {run.folder}   (status: workbench show {run.folder})\n"
+          f"  cancel it:  workbench cancel {run.folder}", flush=True)
+
+
+def _say(text: str) -> None:
+    with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP)
+        print(text, file=sys.stderr, flush=True)
