@@ -344,3 +344,31 @@ def test_without_ipywidgets_ui_import_says_how_to_install_and_plot_still_works(t
     lines = result.stdout.strip().splitlines()
     assert lines[0] == "Figure"
     assert lines[1].startswith("ImportError:") and 'pip install "workbench[lab]"' in lines[1]
+
+
+def _fn_for_the_widget(steps: int, scale: float = 1.0) -> int:
+    import torch.distributed as dist
+
+    import workbench
+
+    for step in range(1, steps + 1):
+        workbench.log(step=step, loss=scale / step)
+    return dist.get_rank()
+
+
+@pytest.mark.ddp
+@pytest.mark.timeout(240)
+def test_workbench_submits_a_training_function_on_every_rank(tmp_path):
+    app = Workbench(tiny_cfg(tmp_path), fn=_fn_for_the_widget, args=(8,), kwargs={"scale": 2.0})
+    assert "function: _fn_for_the_widget (runs on every rank)" in app.status.value
+    run = app.submit()
+    assert run is not None and run.wait(timeout=180).state == "finished", run.exception()
+    assert run.results() == [0, 1]
+    assert run.metrics().groupby("rank")["step"].max().tolist() == [8, 8]
+    state = app.dashboard.refresh()
+    assert [b.state for b in state.badges] == ["finished", "finished"]
+
+
+def test_workbench_takes_a_task_or_a_function_not_both(tmp_path):
+    with pytest.raises(ConfigError, match="give task= .* or fn= .*, not both"):
+        Workbench(tiny_cfg(tmp_path), task=_fn_for_the_widget, fn=_fn_for_the_widget)

@@ -24,8 +24,14 @@ class Workbench:
     """The whole loop in one widget.  `.run` is the last submitted Run, `.dashboard` its Dashboard;
     `.runs` every run submitted from it (the "run" picker shows any one's dashboard)."""
 
-    def __init__(self, cfg: JobConfig | None = None, task: Callable[..., Any] | None = None):
-        self.task = task
+    def __init__(self, cfg: JobConfig | None = None, task: Callable[..., Any] | None = None, *,
+                 fn: Callable[..., Any] | None = None, args: tuple[Any, ...] = (),
+                 kwargs: dict[str, Any] | None = None):
+        """`task`: a task factory for the engine; or `fn` (with `args`, `kwargs`): a training function
+        that Submit runs on every rank, as workbench.submit_fn does, with the form's dist and launch."""
+        if task is not None and fn is not None:
+            raise ConfigError(["Workbench: give task= (a task factory) or fn= (a training function), not both"])
+        self.task, self.fn, self.fn_args, self.fn_kwargs = task, fn, tuple(args), dict(kwargs or {})
         self.form = ConfigForm(cfg)
         self.scaling = ScalingView(self.form)
         self.run: Run | None = None
@@ -39,7 +45,7 @@ class Workbench:
         self.submit_button = w.Button(description="Submit", icon="play", button_style="primary",
                                       tooltip="Submit the form's config (disabled while a submission is in flight)")
         self.submit_button.on_click(self._on_click)
-        self.status = w.HTML(_task_note(task))
+        self.status = w.HTML(_task_note(fn or task, "function" if fn is not None else "task"))
         self.picker = w.Dropdown(description="run", options=[], layout=w.Layout(display="none", width="520px"))
         self.picker.observe(lambda change: self._show(change["new"]), names="value")
         self.run_box = w.VBox()
@@ -78,7 +84,10 @@ class Workbench:
 
         try:
             cfg = self.form.config
-            run = workbench.submit(cfg, task=self.task)
+            if self.fn is not None:
+                run = workbench.submit_fn(self.fn, *self.fn_args, cfg=cfg, **self.fn_kwargs)
+            else:
+                run = workbench.submit(cfg, task=self.task)
         except ConfigError as exc:
             self.form.show_problems(exc.problems, "not submitted - fix these first:")
             self.status.value = _message("not submitted: the config has problems (listed in the form)", ok=False)
@@ -108,11 +117,12 @@ class Workbench:
         self.run_box.children = [self.dashboard.widget]
 
 
-def _task_note(task: Callable[..., Any] | None) -> str:
-    if task is None:
+def _task_note(obj: Callable[..., Any] | None, kind: str = "task") -> str:
+    if obj is None:
         return ""
-    name = getattr(task, "__qualname__", None) or getattr(getattr(task, "func", None), "__qualname__", repr(task))
-    return _message(f"task: {name} (a Python object; it replaces task.name)", ok=True)
+    name = getattr(obj, "__qualname__", None) or getattr(getattr(obj, "func", None), "__qualname__", repr(obj))
+    what = "runs on every rank" if kind == "function" else "a Python object; it replaces task.name"
+    return _message(f"{kind}: {name} ({what})", ok=True)
 
 
 def _message(text: str, ok: bool) -> str:
