@@ -225,3 +225,16 @@ def test_a_6000_step_and_a_16_rank_run_are_readable_at_1100_px():
         assert fig.get_figwidth() * 100 <= 1110
     low, high = fig.axes[0].get_ylim()
     assert high / max(low, 1e-9) > 1
+
+
+def test_the_plot_follows_jupyterlabs_saved_theme(tmp_path, monkeypatch):
+    from workbench.ui.plotview import lab_theme
+
+    monkeypatch.setenv("JUPYTERLAB_SETTINGS_DIR", str(tmp_path))
+    assert lab_theme() == "light"  # nothing saved: JupyterLab's default
+    path = tmp_path / "@jupyterlab" / "apputils-extension" / "themes.jupyterlab-settings"
+    path.parent.mkdir(parents=True)
+    path.write_text('{\n  // the user picked it in Settings > Theme\n  "theme": "JupyterLab Dark"\n}')
+    assert lab_theme() == "dark"
+    path.write_text("{not json")
+    assert lab_theme() == "light"
