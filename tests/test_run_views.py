@@ -238,3 +238,13 @@ def test_the_plot_follows_jupyterlabs_saved_theme(tmp_path, monkeypatch):
     assert lab_theme() == "dark"
     path.write_text("{not json")
     assert lab_theme() == "light"
+
+
+def test_a_rank_that_differs_from_ranks_in_exact_agreement_is_an_outlier():
+    from workbench.metricview import band
+
+    frame = pd.DataFrame({"rank": np.repeat(range(12), 50), "step": np.tile(range(50), 12), "step_time_s": 0.1})
+    frame.loc[frame["rank"] == 5, "step_time_s"] = 0.12
+    found = band(frame, "step_time_s")
+    assert found.outliers == [5] and (found.high == 0.1).all()
+    assert band(frame[frame["rank"] != 5], "step_time_s").outliers == []
