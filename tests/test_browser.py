@@ -1,7 +1,7 @@
 """The quickstart notebook in a real browser: JupyterLab in headless Chromium, driven by Playwright.
 
 Run All Cells, click the Workbench widget's Submit button, and wait until its dashboard shows both
-ranks "finished" and the loss plot.  A screenshot goes to test-artifacts/quickstart.png.
+ranks "finished" and the plot (an ipympl canvas).  A screenshot goes to test-artifacts/quickstart.png.
 """
 
 from __future__ import annotations
@@ -95,10 +95,9 @@ def test_quickstart_workbench_submit_shows_both_ranks_finished(chromium, jupyter
                 # The dashboard's final refresh: its Cancel button turns into the disabled final state.
                 expect(app.locator("button.widget-button", has_text="finished")).to_be_disabled(timeout=60_000)
 
-                image = app.locator("img.widget-image")
-                expect(image).to_have_count(1)
-                expect(image).to_be_visible()
-                page.wait_for_function("img => img.complete && img.naturalWidth > 200", arg=image.element_handle(),
+                canvas = app.locator(".jupyter-matplotlib-canvas-div canvas").first  # the ipympl figure
+                expect(canvas).to_be_visible()
+                page.wait_for_function("c => c.width > 200 && c.height > 200", arg=canvas.element_handle(),
                                        timeout=30_000)
             except (AssertionError, PlaywrightTimeout) as exc:
                 pytest.fail(f"{exc}\n{_debug(page, jupyter_lab)}", pytrace=False)

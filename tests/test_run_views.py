@@ -225,3 +225,26 @@ def test_a_6000_step_and_a_16_rank_run_are_readable_at_1100_px():
         assert fig.get_figwidth() * 100 <= 1110
     low, high = fig.axes[0].get_ylim()
     assert high / max(low, 1e-9) > 1
+
+
+def test_the_plot_follows_jupyterlabs_saved_theme(tmp_path, monkeypatch):
+    from workbench.ui.plotview import lab_theme
+
+    monkeypatch.setenv("JUPYTERLAB_SETTINGS_DIR", str(tmp_path))
+    assert lab_theme() == "light"  # nothing saved: JupyterLab's default
+    path = tmp_path / "@jupyterlab" / "apputils-extension" / "themes.jupyterlab-settings"
+    path.parent.mkdir(parents=True)
+    path.write_text('{\n  // the user picked it in Settings > Theme\n  "theme": "JupyterLab Dark"\n}')
+    assert lab_theme() == "dark"
+    path.write_text("{not json")
+    assert lab_theme() == "light"
+
+
+def test_a_rank_that_differs_from_ranks_in_exact_agreement_is_an_outlier():
+    from workbench.metricview import band
+
+    frame = pd.DataFrame({"rank": np.repeat(range(12), 50), "step": np.tile(range(50), 12), "step_time_s": 0.1})
+    frame.loc[frame["rank"] == 5, "step_time_s"] = 0.12
+    found = band(frame, "step_time_s")
+    assert found.outliers == [5] and (found.high == 0.1).all()
+    assert band(frame[frame["rank"] != 5], "step_time_s").outliers == []

@@ -91,7 +91,8 @@ def band(frame: pd.DataFrame, column: str, x: str = "step") -> Band:
         median = np.median(values, axis=1) if full else np.nanmedian(values, axis=1)
         distance = np.nanmean(np.abs(values - median[:, None]), axis=0)
         typical = float(np.nanmedian(distance)) if len(distance) else 0.0
-        limit = OUTLIER_MAD * typical if typical > 0 else np.inf
+        # when the ranks agree exactly (a constant column), any rank that differs at all strays
+        limit = OUTLIER_MAD * typical if typical > 0 else 1e-9 * (float(np.nanmean(np.abs(median))) + 1e-12)
         stray = np.isfinite(distance) & (distance > limit)
         inliers = values[:, ~stray] if (~stray).any() else values
         low, high = np.nanmin(inliers, axis=1), np.nanmax(inliers, axis=1)  # the band: the ranks that agree

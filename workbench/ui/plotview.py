@@ -37,6 +37,24 @@ def parse_ranks(text: str) -> tuple[int, ...] | None:
     return tuple(sorted(ranks))
 
 
+def lab_theme() -> str:
+    """"dark" when the user's JupyterLab theme is a dark one (its saved setting, as the kernel can read
+    it from the settings folder the server uses), else "light"; the toggle changes it either way."""
+    import json
+    import os
+    import re
+    from pathlib import Path
+
+    folder = os.environ.get("JUPYTERLAB_SETTINGS_DIR") or str(Path.home() / ".jupyter" / "lab" / "user-settings")
+    path = Path(folder) / "@jupyterlab" / "apputils-extension" / "themes.jupyterlab-settings"
+    try:
+        text = re.sub(r"^\s*//.*$", "", path.read_text(), flags=re.M)  # the file may carry // comments
+        theme = str(json.loads(text).get("theme", ""))
+    except (OSError, ValueError, AttributeError):
+        return "light"
+    return "dark" if "dark" in theme.lower() else "light"
+
+
 class MetricsPlot:
     """Interactive panels over a Run (or a fixed frame); `refresh()` reads the run and redraws."""
 
@@ -44,16 +62,18 @@ class MetricsPlot:
                  evals: pd.DataFrame | None = None, max_points: int = 2000, **options: Any):
         self.run = run
         self.frame, self.evals = frame, evals
+        options.setdefault("theme", lab_theme())
         self.opts = PlotOptions(max_points=max_points, panels=tuple(options.pop("panels", PANELS)),
                                 **{k: v for k, v in options.items() if k in PlotOptions.__dataclass_fields__})
         self.live = LiveFigure(interactive=True)
+        self.live.on_view = self._on_view
         self._lock = threading.Lock()
         self._build_widgets()
         self.live.canvas.mpl_connect("motion_notify_event", self._on_hover)
         if run is not None:
             self.refresh()
-        elif frame is not None:
-            self.redraw()
+        else:
+            self.redraw()  # an image before the widget is shown: ipympl's view paints it first (none breaks it)
 
     def _build_widgets(self) -> None:
         o = self.opts
@@ -68,11 +88,12 @@ class MetricsPlot:
                                      tooltip="figure colours for JupyterLab's light or dark theme")
         self.note = w.HTML()
         self.hover = w.HTML("<span class='wb-hover' style='font-size:90%'>&nbsp;</span>")
+        self.view = w.HTML()
         for control in (self.x, self.log_y, self.smooth, self.ranks, self.theme):
             control.observe(lambda _: self._on_controls(), names="value")
         controls = w.HBox([self.x, self.log_y, self.smooth, self.ranks, self.theme],
                           layout=w.Layout(flex_flow="row wrap", align_items="center"))
-        self.widget = w.VBox([controls, self.note, self.live.canvas, self.hover])
+        self.widget = w.VBox([controls, self.note, self.live.canvas, w.HBox([self.view, self.hover])])
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         return self.widget._repr_mimebundle_(**kwargs)
@@ -108,6 +129,15 @@ class MetricsPlot:
                                 ranks=ranks, theme=self.theme.value, max_points=self.opts.max_points,
                                 panels=self.opts.panels)
         self.redraw()
+
+    def _on_view(self, ax: Any) -> None:
+        """Say which x range the panels show, and whether that is the user's zoom."""
+        low, high = ax.get_xlim()
+        zoomed = any(self.live.zoomed()[:1])
+        how = "zoomed; the toolbar's home button resets" if zoomed else "all of it"
+        self.view.value = (f"<span class='wb-view' data-zoomed='{str(zoomed).lower()}' style='font-size:90%;"
+                           f"margin-right:16px'>{html.escape(ax.get_xlabel() or 'x')} "
+                           f"{low:,.0f} – {high:,.0f} ({how})</span>")
 
     def _on_hover(self, event: Any) -> None:
         """The nearest labelled point under the cursor: rank, x and value."""

@@ -33,25 +33,47 @@ def make_canvas(fig: Any, interactive: bool) -> Any:
 
         return FigureCanvasAgg(fig)
     try:
-        from ipympl.backend_nbagg import Canvas, FigureManager
+        from ipympl.backend_nbagg import FigureManager
     except ImportError:
         raise ImportError("interactive plots need ipympl, which is not installed: pip install \"workbench[lab]\" "
                           "(or ipympl)") from None
-    canvas = Canvas(fig)
+    canvas = _canvas_class()(fig)
     FigureManager(canvas, next(_NUMBERS))  # the toolbar and the message plumbing, outside pyplot
+    canvas._size = tuple(fig.bbox.size)  # ipympl sets it only when the canvas itself is displayed
     canvas.header_visible = False
     canvas.footer_visible = True  # the toolbar's message: the x and y under the cursor
     canvas.resizable = False
-    canvas.toolbar_position = "left"
+    canvas.toolbar_position = "top"  # zoom, pan, home: shown while the pointer is over the figure
     return canvas
+
+
+def _canvas_class() -> Any:
+    """ipympl's Canvas, shown inside our own widgets rather than displayed alone.  Until the browser's
+    view has said it is ready, ipympl keeps the latest image in `_data_url` for that view's first
+    paint, but stores bare base64 there where the view reads a data: URL (ipympl itself adds the
+    prefix only when the canvas is displayed on its own); this adds it."""
+    from ipympl.backend_nbagg import Canvas
+
+    class EmbeddedCanvas(Canvas):
+        def send_binary(self, data: Any) -> None:
+            super().send_binary(data)
+            url: Any = getattr(self, "_data_url", None)
+            if self.syncing_data_url and isinstance(url, str) and url and not url.startswith("data:"):
+                self._data_url = "data:image/png;base64," + url
+
+    return EmbeddedCanvas
 
 
 class LiveFigure:
     """The run's panels on one canvas; `update()` redraws what changed and says how."""
 
-    def __init__(self, interactive: bool = False, figsize: tuple[float, float] = (11.0, 6.2), dpi: int = 90):
+    def __init__(self, interactive: bool = False, figsize: tuple[float, float] = (8.0, 7.4), dpi: int = 84,
+                 columns: int = 2):
         from matplotlib.figure import Figure
 
+        self.columns = columns
+        """Panels per row: 2 keeps the figure ~700 px wide, readable in an 1100 px window with the
+        file browser open."""
         self.fig = Figure(figsize=figsize, dpi=dpi, layout="constrained")
         self.canvas = make_canvas(self.fig, interactive)
         self.opts: PlotOptions | None = None
@@ -62,6 +84,9 @@ class LiveFigure:
         self._labels: list[tuple[str, ...]] = []
         self._set: list[Limits] = []
         self._background: Any = None
+        self._fitting = False
+        self.on_view: Callable[[Any], None] | None = None
+        """Called with the first panel's axes whenever its x range changes (a zoom, a pan, a refit)."""
         draw = self.canvas.draw
         self.canvas.draw = lambda *a, **k: self._locked(draw, *a, **k)
         self.canvas.mpl_connect("draw_event", self._on_draw)
@@ -98,7 +123,7 @@ class LiveFigure:
         self.fig.clear()
         self.fig.set_layout_engine("constrained")
         self.fig.set_facecolor(THEMES[opts.theme]["figure.facecolor"])
-        ncols = min(3, len(opts.panels))
+        ncols = min(self.columns, len(opts.panels))
         axes = self.fig.subplots(-(-len(opts.panels) // ncols), ncols, squeeze=False).ravel()
         for ax in axes[len(opts.panels):]:
             ax.set_visible(False)
@@ -106,6 +131,7 @@ class LiveFigure:
         for ax, panel in zip(axes, opts.panels):
             decorate(ax, panel, frame, evals, opts)
         self._labels = [_labels(a) for a in self._data]
+        axes[0].callbacks.connect("xlim_changed", self._view_changed)
         self._set = []
         self._fit_limits()
         self._full_draw()
@@ -131,9 +157,23 @@ class LiveFigure:
                 ax.draw_artist(artist)
 
     # --- limits ----------------------------------------------------------------------------------
+    def _view_changed(self, ax: Any) -> None:
+        if self.on_view is not None and not self._fitting:
+            self.on_view(ax)
+
     def _fit_limits(self) -> bool:
         """Give each axis the user has not zoomed limits with headroom when its data left them;
         returns whether any changed."""
+        self._fitting = True
+        try:
+            changed = self._refit()
+        finally:
+            self._fitting = False
+        if self.fig.axes:
+            self._view_changed(self.fig.axes[0])
+        return changed
+
+    def _refit(self) -> bool:
         changed = False
         visible = [ax for ax in self.fig.axes if ax.get_visible()]
         if len(self._set) != len(visible):
