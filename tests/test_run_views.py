@@ -248,3 +248,20 @@ def test_a_rank_that_differs_from_ranks_in_exact_agreement_is_an_outlier():
     found = band(frame, "step_time_s")
     assert found.outliers == [5] and (found.high == 0.1).all()
     assert band(frame[frame["rank"] != 5], "step_time_s").outliers == []
+
+
+def test_the_live_straggler_verdict_and_the_finished_runs_verdict_agree(tmp_path):
+    from workbench.launch.status import RunStatus
+
+    run = run_folder(tmp_path, world=2, steps=60)
+    for rank, comm in ((0, 0.04), (1, 0.001)):  # rank 1 does more work per step; rank 0 waits for it
+        writer = JsonlWriter(run.metrics(rank))
+        for step in range(61, 3000):
+            writer.write({"rank": rank, "step": step, "time": 2e9 + step, "loss": 1.0, "step_time_s": 0.1,
+                          "comm_wait_s": comm, "data_time_s": 0.0})
+        writer.close()
+    handle = Run.load(run.root)
+    live = handle.health(RunStatus("running"))["stragglers"]  # over 2,000 evenly spaced steps per rank
+    final = handle.health(RunStatus("finished"))["stragglers"]  # over every record
+    assert list(live) == list(final) == [1] == Run.load(run.root).stragglers()["rank"].tolist()
+    assert handle.report()["stragglers"]["rank"].tolist() == [1]

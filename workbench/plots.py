@@ -117,7 +117,7 @@ def draw_data(ax: Axes, panel: str, frame: pd.DataFrame, evals: pd.DataFrame | N
         pass
     elif panel == "lr":
         first = frame[frame["rank"] == frame["rank"].min()]
-        ax.plot(*envelope(first[x].to_numpy(float), first["lr"].to_numpy(float), opts.max_points),
+        ax.plot(*envelope(first[x].to_numpy(float), first["lr"].to_numpy(float), min(opts.max_points, DRAW_POINTS)),
                 color=FOREGROUND[opts.theme], lw=1.2, label="lr (every rank)")
     else:
         _draw_ranks(ax, frame, panel, x, opts)
@@ -148,21 +148,22 @@ def selected(frame: pd.DataFrame, ranks: Sequence[int] | None) -> pd.DataFrame:
 def _draw_ranks(ax: Axes, frame: pd.DataFrame, column: str, x: str, opts: PlotOptions) -> None:
     data = selected(frame, opts.ranks)
     ranks = sorted(data["rank"].unique())
+    rank_of, xs, ys = data["rank"].to_numpy(), data[x].to_numpy(float), data[column].to_numpy(float)  # numpy
+    # masks per rank: pandas' boolean indexing costs ~1 ms a call, and a wide run has many ranks
     if len(ranks) > BAND_ABOVE_RANKS:
         found = band(data, column, x)
-        bx, low, high = _thin(found.x, found.low, found.high, n=opts.max_points)
+        bx, low, high = _thin(found.x, found.low, found.high, n=min(opts.max_points, DRAW_POINTS))
         ax.fill_between(bx, low, high, color="#888", alpha=0.3, lw=0, label=f"min-max of {len(ranks)} ranks")
         _line(ax, found.x, found.median, FOREGROUND[opts.theme], "median", opts)
         for rank in found.outliers:  # named at their line's end, not in the legend (which then stays put)
-            part = data[data["rank"] == rank]
-            xs, ys = part[x].to_numpy(float), part[column].to_numpy(float)
-            _line(ax, xs, ys, rank_colour(rank), "_outlier", opts, gid=f"rank {rank}")
-            ax.annotate(f"rank {rank}", (xs[-1], ys[-1]), color=rank_colour(rank), fontsize=9, xytext=(3, 0),
-                        textcoords="offset points", va="center")
+            mine = rank_of == rank
+            _line(ax, xs[mine], ys[mine], rank_colour(rank), "_outlier", opts, gid=f"rank {rank}")
+            ax.annotate(f"rank {rank}", (xs[mine][-1], ys[mine][-1]), color=rank_colour(rank), fontsize=9,
+                        xytext=(3, 0), textcoords="offset points", va="center")
         return
     for rank in ranks:
-        part = data[data["rank"] == rank]
-        _line(ax, part[x].to_numpy(float), part[column].to_numpy(float), rank_colour(rank), f"rank {rank}", opts)
+        mine = rank_of == rank
+        _line(ax, xs[mine], ys[mine], rank_colour(rank), f"rank {rank}", opts)
 
 
 def _draw_reduced(ax: Axes, frame: pd.DataFrame, x: str, opts: PlotOptions) -> None:
@@ -182,12 +183,21 @@ def _draw_evals(ax: Axes, evals: pd.DataFrame | None, opts: PlotOptions) -> None
                 label=column)
 
 
+DRAW_POINTS = 700
+"""Points drawn per line at most: about two per pixel column of a panel (~350 px); each bucket's min
+and max are kept, so it looks the same, and drawing costs what the pixels need, not what was logged."""
+
+
 def _line(ax: Axes, x: np.ndarray, y: np.ndarray, colour: str, label: str, opts: PlotOptions, **style: Any) -> None:
-    """The series, smoothed when asked (the raw one faint behind it), at most max_points points."""
-    if opts.smooth > 0:
-        ax.plot(*envelope(x, y, opts.max_points), color=colour, lw=0.8, alpha=0.25, **style)
+    """The series, smoothed when asked (the raw one faint behind it), at most DRAW_POINTS points."""
+    from matplotlib.lines import Line2D
+
+    points = min(opts.max_points, DRAW_POINTS)
+    if opts.smooth > 0:  # Line2D + add_line: ax.plot's argument parsing costs more than the line itself
+        ax.add_line(Line2D(*envelope(x, y, points), color=colour, lw=0.8, alpha=0.25, label="_raw", **style))
         y = ema(y, opts.smooth)
-    ax.plot(*envelope(x, y, opts.max_points), color=colour, lw=1.3, label=label, **style)
+    ax.add_line(Line2D(*envelope(x, y, points), color=colour, lw=1.3, label=label, **style))
+    ax.autoscale_view()
 
 
 def envelope(x: np.ndarray, y: np.ndarray, columns: int) -> tuple[np.ndarray, np.ndarray]:

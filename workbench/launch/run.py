@@ -91,7 +91,7 @@ class Run:
         """The one incremental reader of every rank's metrics (shared with the dashboard)."""
         self._events = MultiTail(self.dir.folder("events"), schema=EVENT)
         self._summary = EventSummary()
-        self._stragglers: tuple[int, pd.DataFrame, float] | None = None
+        self._stragglers: tuple[int, pd.DataFrame, float, bool] | None = None
         self._metrics: tuple[tuple[int, int | None], pd.DataFrame] | None = None
         self._failed_at: float | None = None
         self._config_for_views: JobConfig | None = None
@@ -338,11 +338,15 @@ class Run:
         self.metric_frames.poll()
         version = self.metric_frames.version
         cached = self._stragglers
-        fresh = cached is not None and (cached[0] == version or time.monotonic() - cached[2] < max_age_s)
+        if max_age_s > 0:
+            fresh = cached is not None and (cached[0] == version or time.monotonic() - cached[2] < max_age_s)
+        else:
+            fresh = cached is not None and cached[0] == version and cached[3]  # over every record
         if cached is None or not fresh:
             # live: medians over 2,000 evenly spaced steps per rank (the same medians, a fraction of the cost)
             frame = self.metric_frames.frame(2000 if max_age_s > 0 else None)
-            cached = (version, stragglers(frame, self._settings().dist.straggler_threshold), time.monotonic())
+            cached = (version, stragglers(frame, self._settings().dist.straggler_threshold), time.monotonic(),
+                      max_age_s <= 0)
             self._stragglers = cached
         return cached[1]
 
