@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workbench import records
-from workbench.private import DIR_MODE, make_dirs, write_atomic
+from workbench.private import DIR_MODE, make_dirs, open_private, write_atomic
 from workbench.proctree import Proc
 
 if TYPE_CHECKING:
@@ -229,8 +229,8 @@ class RunDir:
     def locked(self, what: str = "meta") -> Iterator[None]:
         """Hold one of the run folder's locks: "meta" (run.json read-modify-write) or "submit" (one
         submission at a time)."""
-        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with open(self.root / f".{what}.lock", "a") as fh:
+        make_dirs(self.root)  # 0700, parents made here too, whatever the umask
+        with open_private(self.root / f".{what}.lock", "a") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             try:
                 yield
