@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import workbench
-from tests.lifecycle import report
+from tests.lifecycle import report, run_processes
 from tests.tasks_for_tests import failing_at
 from workbench.config import JobConfig
 
@@ -27,21 +27,6 @@ def _cfg(tmp_path: Path, **train) -> JobConfig:
         "dist": {"procs_per_node": 2, "timeout_s": 60},
         "launch": {"run_root": str(tmp_path / "runs"), "time_limit": "10"},
     })
-
-
-def _processes_mentioning(text: str) -> list[str]:
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-            state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
-        except OSError:
-            continue
-        if text in cmd and state != "Z":
-            found.append(f"{pid}: {cmd}")
-    return found
 
 
 def test_run_trains_every_rank_and_writes_results(tmp_path):
@@ -60,7 +45,7 @@ def test_run_trains_every_rank_and_writes_results(tmp_path):
     assert run.result()["steps"] == 40
     assert set(run.events()["event"]) >= {"start", "checkpoint", "end"}
     assert (run.folder / "config.yaml").exists() and oct(run.folder.stat().st_mode)[-3:] == "700"
-    assert not _processes_mentioning(str(run.folder))
+    assert not run_processes(run.folder)
 
 
 def test_resume_after_a_crash_reproduces_the_uninterrupted_losses(tmp_path):
@@ -107,7 +92,7 @@ def test_a_failing_rank_fails_the_run_fast_and_stops_the_others(tmp_path):
     report("raising rank -> run failed, rank named", time.time() - failure.time)
     assert failure.rank == 1 and failure.type == "RuntimeError"
     assert "injected failure on rank 1" in failure.traceback
-    assert not _processes_mentioning(str(run.folder)), "no orphan processes after a failure"
+    assert not run_processes(run.folder), "no orphan processes after a failure"
     with pytest.raises(workbench.RunFailed, match="rank 1"):
         run.result()
 
@@ -120,7 +105,7 @@ def test_a_killed_rank_is_named_and_the_others_stop(tmp_path):
     report("SIGKILLed rank -> run failed, rank named lost", time.time() - run.exception().time)
     assert run.exception().rank == 1 and run.exception().type == "Lost"
     assert "killed by SIGKILL" in run.exception().message
-    assert not _processes_mentioning(str(run.folder))
+    assert not run_processes(run.folder)
 
 
 def test_cancel_stops_every_rank_and_keeps_results(tmp_path):
@@ -135,7 +120,7 @@ def test_cancel_stops_every_rank_and_keeps_results(tmp_path):
     assert status.state == "cancelled"
     assert len(run.metrics()) > 0
     assert list((run.folder / "checkpoints").glob("step-*.pt"))
-    assert not _processes_mentioning(str(run.folder))
+    assert not run_processes(run.folder)
 
 
 def test_torchrun_runs_the_same_engine(tmp_path):
@@ -191,4 +176,4 @@ def test_preemption_signal_checkpoints_requeues_and_resumes_with_continuous_step
     assert frame.groupby("rank")["step"].apply(list).tolist() == [list(range(1, 61))] * 2
     raw = [line for line in (run.folder / "metrics" / "rank0.jsonl").read_text().splitlines()]
     assert len(raw) == 60, "nothing past the preemption checkpoint is trained twice"
-    assert not _processes_mentioning(str(run.folder))
+    assert not run_processes(run.folder)

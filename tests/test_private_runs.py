@@ -8,26 +8,13 @@ import os
 import stat
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from tests.lifecycle import assert_nothing_left
 from workbench.config import JobConfig
 
 pytestmark = [pytest.mark.ddp, pytest.mark.timeout(240)]
-
-
-def _processes_mentioning(text: str) -> list[str]:
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-            state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
-        except OSError:
-            continue
-        if text in cmd and state != "Z":
-            found.append(f"{pid}: {cmd}")
-    return found
 
 
 def test_a_run_under_umask_000_creates_only_private_folders_and_files(tmp_path):
@@ -46,7 +33,7 @@ def test_a_run_under_umask_000_creates_only_private_folders_and_files(tmp_path):
                                          f'"{tmp_path / "job.yaml"}" --quiet'],
                           capture_output=True, text=True, timeout=200)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert _processes_mentioning(str(root)) == []
+    assert_nothing_left(root)
     (run,) = root.iterdir()
     made = {p: stat.S_IMODE(p.lstat().st_mode) for p in [base / "deep", *(base / "deep").rglob("*")]}
     kinds = {p.relative_to(run).parts[0] for p in made if run in p.parents}
