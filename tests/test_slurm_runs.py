@@ -112,7 +112,8 @@ def test_time_limit_signal_checkpoints_requeues_and_resumes(slurm_cluster, tmp_p
 def _tree(folder: Path) -> set[str]:
     """The run folder's layout: its top-level entries and the per-rank files (logs and pickles aside)."""
     kinds = ("metrics", "events", "status")
-    return {p.name for p in folder.iterdir()} | {f"{k}/{p.name}" for k in kinds for p in (folder / k).iterdir()}
+    top = {p.name for p in folder.iterdir() if not p.name.startswith(".")}  # lock files: how it was submitted
+    return top | {f"{k}/{p.name}" for k in kinds for p in (folder / k).iterdir()}
 
 
 def test_exported_sbatch_script_runs_and_writes_a_run_folder(slurm_cluster, tmp_path):

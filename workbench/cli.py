@@ -313,9 +313,9 @@ def follow(run: Any, quiet: bool = False, owned: bool = False, ranks: str | None
     this loop fails; a follower (`workbench follow`) only stops following."""
     from workbench.owner import Interrupted, cancel_owned
 
-    print(f"[workbench] run folder: {run.folder}", flush=True)
     printer = ProgressPrinter(quiet=quiet, ranks=ranks)
-    try:
+    try:  # a stop signal from here on (even right after the first line) ends the follow cleanly
+        print(f"[workbench] run folder: {run.folder}", flush=True)
         status = run.wait(on_poll=printer)
     except Interrupted as stop:
         if not owned:
