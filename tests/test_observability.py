@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import workbench
+from tests.lifecycle import run_processes
 from tests.tasks_for_tests import diverging_at, failing_at, slow_on
-from tests.test_local_runs import _processes_mentioning
 from workbench.config import JobConfig
 from workbench.engine.health import shard_report
 
@@ -87,7 +87,7 @@ def test_a_hung_rank_is_named_and_every_rank_dumps_its_stacks(tmp_path):
         assert "stack dump of rank 1" in board.stacks.value and "stalled" in board.health.value
     run.cancel()
     assert run.wait(timeout=60).state == "cancelled"
-    assert not _processes_mentioning(str(run.folder))
+    assert not run_processes(run.folder)
 
 
 def test_script_without_set_epoch_is_reported(tmp_path):
