@@ -71,12 +71,6 @@ class RankFailure:
         host = f" ({self.host})" if self.host else ""
         return f"rank {self.rank}{host} raised {self.type}: {self.message}"
 
-    @classmethod
-    def from_record(cls, error: dict[str, Any]) -> RankFailure:
-        return cls(int(error.get("rank", -1)), str(error.get("type", "")), str(error.get("message", "")),
-                   str(error.get("traceback", "")), str(error.get("host") or ""), int(error.get("attempt") or 0),
-                   float(error.get("time") or 0.0))
-
 
 class Run:
     """A submitted (or finished) run.  Cheap to poll: files are tailed by byte offset.
