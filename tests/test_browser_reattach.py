@@ -13,16 +13,16 @@ import pytest
 
 from tests.browser_fixture import CHROMIUM_ARGS, JupyterLab, chromium, jupyter_lab  # noqa: F401 (fixtures)
 from tests.lifecycle import assert_nothing_left, report
-from tests.test_browser import wait_kernel_idle
+from tests.test_browser import ARTIFACTS, wait_kernel_idle
 
-pytestmark = [pytest.mark.browser, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(600)]
 
 CELLS = [
     """import workbench
 from workbench.config import JobConfig
 cfg = JobConfig.from_dict({
-    "task": {"name": "tests.tasks_for_tests:slow", "options": {"delay_s": 0.05, "n_train": 2048, "n_val": 256}},
-    "train": {"micro_batch_size": 16, "epochs": 100, "max_steps": 400, "checkpoint_every_steps": 50},
+    "task": {"name": "tests.tasks_for_tests:slow", "options": {"delay_s": 0.1, "n_train": 2048, "n_val": 256}},
+    "train": {"micro_batch_size": 16, "epochs": 100, "max_steps": 600, "checkpoint_every_steps": 50},
     "dist": {"procs_per_node": 2, "threads_per_rank": 1},
     "launch": {"run_root": "runs", "time_limit": "10"},
 })
@@ -43,8 +43,39 @@ def _notebook(path: Path) -> None:
 
 
 def _run_cell(page, index: int) -> None:
-    page.locator(".jp-NotebookPanel .jp-Cell").nth(index).locator(".jp-InputArea-editor").click()
-    page.keyboard.press("Shift+Enter")
+    """Select cell `index` and run it; pressed again if JupyterLab did not take the first key press
+    (the prompt stays "[ ]": the editor had not got the focus yet), never once the cell has started."""
+    from playwright.sync_api import expect
+
+    cell = page.locator(".jp-NotebookPanel .jp-Cell").nth(index)
+    prompt = cell.locator(".jp-InputPrompt")
+    for _ in range(3):
+        cell.locator(".jp-InputArea-editor").click()
+        page.keyboard.press("Shift+Enter")
+        try:
+            expect(prompt).to_have_text(re.compile(r"\[(\*|\d+)\]"), timeout=10_000)
+            return
+        except AssertionError:
+            continue
+    raise AssertionError(f"cell {index} never started: its prompt is {prompt.inner_text()!r}")
+
+
+def _debug(page, lab: JupyterLab, root: Path) -> str:
+    """What the page and the run showed, for a failure message (and a screenshot in test-artifacts/)."""
+    try:
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "reattach-failure.png"))
+    except Exception:  # noqa: BLE001 - best effort while reporting another failure
+        pass
+    outputs = page.locator(".jp-OutputArea-output").all_inner_texts()
+    folder = root / "folder.txt"
+    state = ""
+    if folder.exists():
+        import workbench
+
+        state = workbench.Run.load(folder.read_text()).status().progress_line()
+    return (f"cell outputs: {[o[-600:] for o in outputs[-4:]]}\nrun: {state or 'no folder.txt'}\n"
+            f"server log tail:\n{lab.log_tail(1500)}")
 
 
 def test_the_dashboard_reattaches_after_a_kernel_restart(chromium, jupyter_lab: JupyterLab):  # noqa: F811
@@ -59,29 +90,32 @@ def test_the_dashboard_reattaches_after_a_kernel_restart(chromium, jupyter_lab: 
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.set_default_timeout(30_000)
             page.goto(jupyter_lab.url("reattach.ipynb"), timeout=90_000)
-            wait_kernel_idle(page, 90_000)
-            _run_cell(page, 0)
-            first = page.locator(".jp-NotebookPanel .jp-Cell").nth(0)
-            expect(first.locator(".wb-badge.wb-running")).to_have_count(2, timeout=150_000)
-            folder = Path((jupyter_lab.root / "folder.txt").read_text())
+            try:
+                wait_kernel_idle(page, 90_000)
+                _run_cell(page, 0)
+                first = page.locator(".jp-NotebookPanel .jp-Cell").nth(0)
+                expect(first.locator(".wb-badge.wb-running")).to_have_count(2, timeout=150_000)
+                folder = Path((jupyter_lab.root / "folder.txt").read_text())
 
-            page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Kernel$")).click()
-            page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Restart Kernel")).first.click()
-            page.locator(".jp-Dialog .jp-mod-accept").click()  # "Restart"
-            restarted = time.monotonic()
-            wait_kernel_idle(page, 60_000)
-            run = workbench.Run.load(folder)
-            assert run.status().state == "running", "the run must outlive its kernel"
+                page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Kernel$")).click()
+                page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Restart Kernel")).first.click()
+                page.locator(".jp-Dialog .jp-mod-accept").click()  # "Restart"
+                restarted = time.monotonic()
+                wait_kernel_idle(page, 60_000)
+                run = workbench.Run.load(folder)
+                assert run.status().state == "running", "the run must outlive its kernel"
 
-            _run_cell(page, 1)
-            second = page.locator(".jp-NotebookPanel .jp-Cell").nth(1)
-            expect(second.locator(".wb-badge.wb-running, .wb-badge.wb-finished")).to_have_count(2, timeout=60_000)
-            report("kernel restart in JupyterLab -> reattached dashboard shows the ranks",
-                   time.monotonic() - restarted)
-            expect(second.locator(".wb-badge.wb-finished")).to_have_count(2, timeout=180_000)
-            expect(second.locator("button.widget-button", has_text="finished")).to_be_disabled(timeout=60_000)
+                _run_cell(page, 1)
+                second = page.locator(".jp-NotebookPanel .jp-Cell").nth(1)
+                expect(second.locator(".wb-badge.wb-running, .wb-badge.wb-finished")).to_have_count(2, timeout=60_000)
+                report("kernel restart in JupyterLab -> reattached dashboard shows the ranks",
+                       time.monotonic() - restarted)
+                expect(second.locator(".wb-badge.wb-finished")).to_have_count(2, timeout=180_000)
+                expect(second.locator("button.widget-button", has_text="finished")).to_be_disabled(timeout=60_000)
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}\n{_debug(page, jupyter_lab, jupyter_lab.root)}") from exc
         finally:
             browser.close()
     assert run.wait(timeout=60).state == "finished"
-    assert run.metrics().groupby("rank")["step"].max().tolist() == [400, 400]
+    assert run.metrics().groupby("rank")["step"].max().tolist() == [600, 600]
     assert_nothing_left(folder)
