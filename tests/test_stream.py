@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from workbench.records import DamagedFileWarning
 from workbench.stream import JsonlTail, JsonlWriter, RankFrames
@@ -69,3 +71,43 @@ def test_rank_frames_thin_long_runs_per_rank(tmp_path):
     thin = frames.frame(max_points=100)
     assert thin.groupby("rank").size().max() <= 100
     assert (thin.groupby("rank")["step"].max() == 1000).all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(chunks=st.lists(st.tuples(st.integers(0, 2), st.integers(1, 30),
+                                 st.sampled_from(["plain", "plain", "plain", "resume", "text"])),
+                       min_size=1, max_size=12),
+       max_points=st.one_of(st.none(), st.integers(1, 40)))
+def test_rank_frames_columns_and_frame_match_plain_pandas(tmp_path_factory, chunks, max_points):
+    """Whatever arrives (in-order numeric records kept as numpy columns, a repeated step or a text field
+    taking the general way), the frame and the status columns equal what plain pandas makes of the
+    same records: the newest row per (rank, step), thinned per rank, sorted by step then rank."""
+    import pandas as pd
+
+    from workbench.plots import thin
+
+    folder = tmp_path_factory.mktemp("metrics")
+    frames, written, next_step = RankFrames(folder), {}, {0: 1, 1: 1, 2: 1}
+    for rank, count, kind in chunks:
+        writer = JsonlWriter(folder / f"rank{rank}.jsonl")
+        first = next_step[rank] - (2 if kind == "resume" and next_step[rank] > 2 else 0)  # steps trained again
+        for step in range(first, first + count):
+            record = {"rank": rank, "step": step, "time": 1000.0 + step, "loss": 1.0 / step}
+            if kind == "text" and step == first:
+                record["note"] = "text"  # a field a numeric column cannot hold
+            writer.write(record)
+            written.setdefault(rank, {})[step] = record
+        writer.close()
+        next_step[rank] = first + count
+        frames.poll()
+    expected = []
+    for rank in sorted(written):
+        part = pd.DataFrame.from_records([written[rank][s] for s in sorted(written[rank])])
+        expected.append(thin(part, max_points) if max_points else part)
+    want = pd.concat(expected, ignore_index=True).sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
+    got = frames.frame(max_points)
+    cols = ["rank", "step", "time", "loss"]
+    pd.testing.assert_frame_equal(got[cols].astype(float), want[cols].astype(float))
+    for rank, columns in frames.columns(("step", "time")).items():
+        assert columns["step"].tolist() == sorted(written[rank])
+        assert columns["time"].tolist() == [1000.0 + s for s in sorted(written[rank])]

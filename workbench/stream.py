@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -147,6 +147,62 @@ class MultiTail:
         return to_frame(self.records, sort_by)
 
 
+class FrameMap(Mapping[int, "pd.DataFrame"]):
+    """rank -> that rank's rows as a DataFrame, built only when asked for (and kept until the rank's
+    next records): a poll of 64 ranks appends to numpy columns and makes no DataFrame, and the status
+    reads only the columns it needs (`column`)."""
+
+    def __init__(self) -> None:
+        self._frames: dict[int, pd.DataFrame] = {}
+        self._stores: dict[int, Columns | None] = {}
+
+    def __getitem__(self, rank: int) -> pd.DataFrame:
+        frame = self._frames.get(rank)
+        if frame is None:
+            store = self._stores.get(rank)
+            if store is None:
+                raise KeyError(rank)
+            frame = self._frames[rank] = store.frame()
+        return frame
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(sorted(self._stores))
+
+    def __len__(self) -> int:
+        return len(self._stores)
+
+    def column(self, rank: int, name: str) -> Any:
+        """One column of a rank's rows as a numpy array (a view, no copy, where the rank is stored
+        as columns); None if the rank has no such column."""
+        store = self._stores.get(rank)
+        if store is not None:
+            return store.arrays[name][:store.n] if name in store.arrays else None
+        frame = self._frames.get(rank)
+        return frame[name].to_numpy() if frame is not None and name in frame else None
+
+    def add(self, rank: int, records: list[dict[str, Any]]) -> None:
+        """Append a rank's new records: in place where they fit its columns, else the general way."""
+        import pandas as pd
+
+        store = self._stores.get(rank)
+        if store is not None and store.append(records):
+            self._frames.pop(rank, None)
+            return
+        frame = _extend(self[rank] if rank in self._stores else None, pd.DataFrame.from_records(records))
+        self._frames[rank], self._stores[rank] = frame, Columns.of(frame)
+
+    def thinned(self, rank: int, max_points: int | None) -> dict[str, Any] | None:
+        """A rank's columns (at most max_points evenly spaced rows, always with the last) as numpy
+        arrays, or None where the rank is not stored as columns."""
+        store = self._stores.get(rank)
+        if store is None:
+            return None
+        n = store.n
+        stride = 1 if not max_points or n <= max_points else -(-n // max(1, max_points))
+        start = (n - 1) % stride
+        return {c: a[start:n:stride] for c, a in store.arrays.items()}
+
+
 class RankFrames:
     """One growing DataFrame per rank of a folder of rank{R}.jsonl metrics files (records cleaned by
     workbench.records.METRIC); a poll reads only what was appended.  When a requeued attempt trains
@@ -155,8 +211,7 @@ class RankFrames:
     def __init__(self, folder: Path):
         self.folder = Path(folder)
         self.tails: dict[int, JsonlTail] = {}
-        self.frames: dict[int, pd.DataFrame] = {}
-        self._stores: dict[int, Columns | None] = {}
+        self.frames = FrameMap()
         self.records = 0
         self.version = 0
         """Bumped whenever new records arrive."""
@@ -170,8 +225,6 @@ class RankFrames:
             return self._poll()
 
     def _poll(self) -> list[dict[str, Any]]:
-        import pandas as pd
-
         if self.folder.is_dir():
             for path in self.folder.glob("rank*.jsonl"):
                 rank = rank_of(path)
@@ -180,33 +233,44 @@ class RankFrames:
         new: list[dict[str, Any]] = []
         for rank, tail in sorted(self.tails.items()):
             records = tail.read_new()
-            if not records:
-                continue
-            store = self._stores.get(rank)
-            if store is not None and store.append(records):
-                self.frames[rank] = store.frame()
-            else:
-                self.frames[rank] = _extend(self.frames.get(rank), pd.DataFrame.from_records(records))
-                self._stores[rank] = Columns.of(self.frames[rank])
-            new.extend(records)
+            if records:
+                self.frames.add(rank, records)
+                new.extend(records)
         self.skipped = sum(tail.skipped for tail in self.tails.values())
         if new:
             self.records += len(new)
             self.version += 1
         return new
 
+    def columns(self, names: Iterable[str]) -> dict[int, dict[str, Any]]:
+        """rank -> {name: numpy array} for the named columns each rank has (no DataFrame is made)."""
+        with self._lock:
+            out = {}
+            for rank in self.frames:
+                found = {name: self.frames.column(rank, name) for name in names}
+                out[rank] = {name: values for name, values in found.items() if values is not None}
+            return out
+
     def frame(self, max_points: int | None = None) -> pd.DataFrame:
         """Every rank's rows (at most max_points per rank, evenly spaced), sorted by step then rank."""
+        import numpy as np
         import pandas as pd
 
         from workbench.plots import thin
 
         with self._lock:
-            frames = sorted(self.frames.items())
-        parts = [thin(f, max_points) if max_points else f for _, f in frames]
-        if not parts:
+            ranks = list(self.frames)
+            parts = [self.frames.thinned(rank, max_points) for rank in ranks]
+            if parts and all(p is not None and p.keys() == parts[0].keys() for p in parts):
+                columns = {c: np.concatenate([p[c] for p in parts if p is not None]) for c in parts[0]}  # type: ignore[index]
+                order = np.lexsort((columns["rank"], columns["step"])) if "rank" in columns else None
+                frame = pd.DataFrame(columns if order is None else {c: v[order] for c, v in columns.items()})
+                return frame if order is not None else frame.sort_values("step", kind="stable").reset_index(drop=True)
+            frames = [self.frames[rank] for rank in ranks]
+        parts_df = [thin(f, max_points) if max_points else f for f in frames]
+        if not parts_df:
             return pd.DataFrame()
-        frame = pd.concat(parts, ignore_index=True)
+        frame = pd.concat(parts_df, ignore_index=True)
         return frame.sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
 
 

@@ -141,7 +141,7 @@ class Run:
         done = self.job_done()
         cancelled = self.meta.get("cancelled")
         self.metric_frames.poll()  # after job_done: once it says done, every record is on disk
-        return run_status(self.dir, self.world_size, done, cancelled, self.metric_frames.frames,
+        return run_status(self.dir, self.world_size, done, cancelled, self.metric_frames.columns(("step", "time")),
                           self.event_summary().total_steps, _job_state(self.job))
 
     def event_summary(self) -> EventSummary:

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,6 +24,9 @@ RATE_WINDOW_S = 30.0
 RATE_MIN_RECORDS = 6
 """...and over at least this many of a rank's latest records (when it has them): two records alone
 give a rate that swings with the logging interval."""
+Columns = Mapping[str, Any]
+"""A rank's logged metrics as far as the status reads them: "step" and "time" columns (a DataFrame,
+or numpy arrays from RankFrames.columns, which makes no DataFrame)."""
 
 
 @dataclass
@@ -109,14 +113,14 @@ class RunStatus:
 
 
 def run_status(run: RunDir, world_size: int, job_done: bool, cancelled: float | bool | None,
-               frames: dict[int, pd.DataFrame], total_steps: int | None = None, job_state: str = "",
+               frames: Mapping[int, Columns], total_steps: int | None = None, job_state: str = "",
                now: float | None = None) -> RunStatus:
     """Everything about where a run stands.  `frames` are the ranks' logged metrics, read after
     the status files (so a rank's final records are in them once its status says it ended)."""
     ranks = rank_statuses(run, world_size, job_done, last_steps(frames), now)
     state = overall_state(run, ranks, job_done, cancelled)
     step = min((r.step for r in ranks), default=0)
-    records = sum(len(f) for f in frames.values())
+    records = sum(len(np.asarray(f["step"])) for f in frames.values() if "step" in f)
     return RunStatus(state, ranks, step, total_steps, job_state, step_rate(frames), records)
 
 
@@ -168,12 +172,13 @@ def overall_state(run: RunDir, ranks: list[RankStatus], job_done: bool, cancelle
     return "pending"
 
 
-def last_steps(frames: dict[int, pd.DataFrame]) -> dict[int, int]:
+def last_steps(frames: Mapping[int, Columns]) -> dict[int, int]:
     """rank -> the last step it logged."""
-    return {rank: int(f["step"].iloc[-1]) for rank, f in frames.items() if len(f) and "step" in f}
+    steps = {rank: np.asarray(f["step"]) for rank, f in frames.items() if "step" in f}
+    return {rank: int(values[-1]) for rank, values in steps.items() if len(values)}
 
 
-def step_rate(frames: dict[int, pd.DataFrame], window_s: float = RATE_WINDOW_S) -> float | None:
+def step_rate(frames: Mapping[int, Columns], window_s: float = RATE_WINDOW_S) -> float | None:
     """Optimizer steps per second over the ranks' latest `window_s` of logged time (at least their
     last RATE_MIN_RECORDS records): the median of the ranks' rates.
 
@@ -185,16 +190,18 @@ def step_rate(frames: dict[int, pd.DataFrame], window_s: float = RATE_WINDOW_S) 
     return statistics.median(rates) if rates else None
 
 
-def _rank_rate(frame: pd.DataFrame, window_s: float) -> float | None:
-    if len(frame) < 2 or not {"step", "time"} <= set(frame.columns):
+def _rank_rate(frame: Columns, window_s: float) -> float | None:
+    if "step" not in frame or "time" not in frame:
         return None
-    times = frame["time"].to_numpy(float)
+    times, all_steps = np.asarray(frame["time"], dtype=float), np.asarray(frame["step"])
+    if len(times) < 2:
+        return None
     if times[-1] >= times[0]:  # in time order (as written): find the window's start by bisection
         first = int(np.searchsorted(times, times[-1] - window_s, side="left"))
     else:
         first = int((times < times[-1] - window_s).sum())
-    first = min(first, max(0, len(frame) - RATE_MIN_RECORDS))
-    steps = float(frame["step"].iloc[-1] - frame["step"].iloc[first])
+    first = min(first, max(0, len(times) - RATE_MIN_RECORDS))
+    steps = float(all_steps[-1] - all_steps[first])
     seconds = float(times[-1] - times[first])
     return steps / seconds if steps > 0 and seconds > 0 else None
 
