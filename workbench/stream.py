@@ -260,9 +260,10 @@ class RankFrames:
 
         with self._lock:
             ranks = list(self.frames)
-            parts = [self.frames.thinned(rank, max_points) for rank in ranks]
-            if parts and all(p is not None and p.keys() == parts[0].keys() for p in parts):
-                columns = {c: np.concatenate([p[c] for p in parts if p is not None]) for c in parts[0]}  # type: ignore[index]
+            found = [self.frames.thinned(rank, max_points) for rank in ranks]
+            parts = [p for p in found if p is not None]
+            if parts and len(parts) == len(found) and all(p.keys() == parts[0].keys() for p in parts):
+                columns = {c: np.concatenate([p[c] for p in parts]) for c in parts[0]}
                 order = np.lexsort((columns["rank"], columns["step"])) if "rank" in columns else None
                 frame = pd.DataFrame(columns if order is None else {c: v[order] for c, v in columns.items()})
                 return frame if order is not None else frame.sort_values("step", kind="stable").reset_index(drop=True)
