@@ -230,7 +230,7 @@ def badges_html(state: DashboardState) -> str:
     for b in state.badges:
         age = "" if b.heartbeat_age_s is None else f"{b.heartbeat_age_s:.0f}s ago"
         silent = " · ⚠ silent (no heartbeat: hung?)" if b.silent else ""
-        silent += " · ⏸ stalled" if b.stalled else ""
+        silent += " · ‖ stalled" if b.stalled else ""
         title = f"rank {b.rank}: {b.state} at step {b.step}, last heartbeat {age or 'never'}"
         spans.append(  # background: the state's colour; left edge: the rank's line colour in the plots
             f'<span class="wb-badge wb-{html.escape(b.state)}" title="{html.escape(title)}" '
@@ -250,9 +250,9 @@ def health_html(health: dict[str, Any]) -> str:
                      f"✘ parameters diverged on ranks {health['diverged_ranks']} "
                      f"(first: {html.escape(str(health['first_diverged']))})")
     for rank, slower in sorted(health.get("stragglers", {}).items()):
-        parts.append(f"🐢 rank {rank} is a straggler ({100 * slower:.0f}% slower)")
+        parts.append(f"⚑ rank {rank} is a straggler ({100 * slower:.0f}% slower)")
     if health.get("stalled_ranks"):
-        parts.append(f"⏸ stalled: ranks {health['stalled_ranks']} (stacks below)")
+        parts.append(f"‖ stalled: ranks {health['stalled_ranks']} (stacks below)")
     if health.get("shards_ok") is False:
         parts.append("✘ data shards overlap or do not reshuffle")
     parts += [f"⚠ {html.escape(text)}" for text in health.get("warnings", [])[:3]]
