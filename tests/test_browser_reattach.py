@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import time
 from pathlib import Path
 
@@ -21,7 +22,7 @@ CELLS = [
     """import workbench
 from workbench.config import JobConfig
 cfg = JobConfig.from_dict({
-    "task": {"name": "tests.tasks_for_tests:slow", "options": {"delay_s": 0.1, "n_train": 2048, "n_val": 256}},
+    "task": {"name": "my_tasks:slow", "options": {"delay_s": 0.1, "n_train": 2048, "n_val": 256}},
     "train": {"micro_batch_size": 16, "epochs": 100, "max_steps": 600, "checkpoint_every_steps": 50},
     "dist": {"procs_per_node": 2, "threads_per_rank": 1},
     "launch": {"run_root": "runs", "time_limit": "10"},
@@ -84,6 +85,8 @@ def test_the_dashboard_reattaches_after_a_kernel_restart(chromium, jupyter_lab: 
     import workbench
 
     _notebook(jupyter_lab.root / "reattach.ipynb")
+    # the user's own task module beside the notebook (the kernel's and the ranks' working folder)
+    shutil.copy(Path(__file__).with_name("tasks_for_tests.py"), jupyter_lab.root / "my_tasks.py")
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(chromium), headless=True, args=CHROMIUM_ARGS)
         try:
