@@ -138,9 +138,14 @@ def _wrap(target, name: str, sink: list[float]) -> None:
 def writer_process(folder: str, ranks: int, first_step: int, count: int, every_s: float) -> None:
     run_dir = RunDir(Path(folder))
     writers = [JsonlWriter(run_dir.metrics(rank)) for rank in range(ranks)]
+    beat = 0.0
     for i in range(count):
         for rank, writer in enumerate(writers):
             writer.write(record(rank, first_step + i, time.time(), ranks))
+        if time.monotonic() - beat >= 2.0:  # each rank's heartbeat (engine.monitor: every 2 s)
+            beat = time.monotonic()
+            for rank in range(ranks):
+                write_status(run_dir, rank, first_step + i)
         time.sleep(every_s)
     for writer in writers:
         writer.close()
