@@ -219,3 +219,33 @@ def test_a_killed_controller_leaves_nothing(tmp_path):
     pool.job.done()  # reap it
     assert not pool.alive()
     pool.close()
+
+
+SCRIPT = """
+import os, sys
+import torch
+import torch.distributed as dist
+import workbench
+
+dist.init_process_group("gloo")  # as under torchrun: the pool's group is up, this finds it
+value = torch.ones(1) * (dist.get_rank() + 1)
+dist.all_reduce(value)
+for step in range(1, 4):
+    workbench.log(step=step, loss=value.item() / step)
+print("argv", sys.argv[1:], "cwd", os.path.basename(os.getcwd()), "env", os.environ.get("POOL_TEST"))
+dist.destroy_process_group()  # leaves the pool's group up for the next job
+"""
+
+
+@pytest.mark.timeout(200)
+def test_scripts_run_in_the_pool(pool, tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    run = pool.submit_script(script, ["--lr", "0.1"], cwd=tmp_path, env={"POOL_TEST": "yes"})
+    assert run.wait(timeout=90).state == "finished", run.exception()
+    assert run.metrics().groupby("rank")["loss"].first().tolist() == [3.0, 3.0]
+    assert "argv ['--lr', '0.1'] cwd " + tmp_path.name + " env yes" in run.logs(1, "out")
+    following = pool.submit_fn(_ranks_sum)  # the group is still up, cwd and env are the pool's again
+    assert following.wait(timeout=90).state == "finished", following.exception()
+    assert pool.run_cell("import os\nos.environ.get('POOL_TEST'), os.getcwd() == %r" % str(tmp_path))[0]["result"] \
+        == "(None, False)"

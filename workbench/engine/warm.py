@@ -135,7 +135,7 @@ def run_in_folder(job: dict[str, Any], rank: int, number: int) -> dict[str, Any]
     the process state a job may change is put back after it."""
     run_dir = str(job["run_dir"])
     fresh_rngs()
-    with restored_process_state(), output_to(RunDir(run_dir), f"pool-job{number}", rank):
+    with restored_process_state(), borrowed_group(), output_to(RunDir(run_dir), f"pool-job{number}", rank):
         try:
             code = run_job(run_dir, 0)
         except Terminated:
@@ -144,6 +144,36 @@ def run_in_folder(job: dict[str, Any], rank: int, number: int) -> dict[str, Any]
             traceback.print_exc()
             code = 1
     return {"outcome": "finished" if code == 0 else "failed", "exit_code": code}
+
+
+@contextlib.contextmanager
+def borrowed_group() -> Iterator[None]:
+    """A job's own init_process_group() and destroy_process_group() (a torchrun-style script):
+    the first finds the pool's group up (the same backend: nothing to do), the second leaves it up
+    for the next job.  Put back after the job."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    held = str(dist.get_backend())
+    real = c10d.init_process_group, c10d.destroy_process_group
+
+    def init_process_group(backend: Any = None, *args: Any, **kwargs: Any) -> None:
+        if backend is not None and str(backend).lower() != held:
+            raise RuntimeError(f"init_process_group({backend!r}): this pool's process group is {held}; "
+                               f"run the script in a pool started with dist.backend={backend}")
+
+    def destroy_process_group(group: Any = None) -> None:
+        if group is not None and group is not dist.group.WORLD:
+            real[1](group)
+
+    modules: tuple[Any, ...] = (dist, c10d)
+    for module in modules:
+        module.init_process_group, module.destroy_process_group = init_process_group, destroy_process_group
+    try:
+        yield
+    finally:
+        for module in modules:
+            module.init_process_group, module.destroy_process_group = real
 
 
 def fresh_rngs() -> None:
