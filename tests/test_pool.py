@@ -249,3 +249,23 @@ def test_scripts_run_in_the_pool(pool, tmp_path):
     assert following.wait(timeout=90).state == "finished", following.exception()
     assert pool.run_cell("import os\nos.environ.get('POOL_TEST'), os.getcwd() == %r" % str(tmp_path))[0]["result"] \
         == "(None, False)"
+
+
+@pytest.mark.timeout(180)
+def test_the_cli_lists_and_closes_pools(tmp_path):
+    import subprocess
+
+    from tests.lifecycle import CLI
+
+    pool = workbench.Pool(_cfg(tmp_path), name="cli-pool").wait_ready(120)
+    root = str(tmp_path / "runs")
+    listed = subprocess.run([*CLI, "pools", "--run-root", root], capture_output=True, text=True, timeout=60)
+    line = next(line for line in listed.stdout.splitlines() if line.startswith("cli-pool"))
+    assert line.split()[1:5] == ["local", str(pool.job.job_id), "2", "open"], listed.stdout
+    closed = subprocess.run([*CLI, "pools", "--run-root", root, "--close", "cli-pool"], capture_output=True,
+                            text=True, timeout=60)
+    assert closed.returncode == 0 and "pool cli-pool closed" in closed.stdout, closed.stderr
+    assert not pool.alive() and not run_processes(pool.dir.root)
+    again = subprocess.run([*CLI, "pools", "--run-root", root], capture_output=True, text=True, timeout=60)
+    assert "no open pools" in again.stdout
+    pool.job.done()  # reap the controller
