@@ -11,7 +11,7 @@ from typing import Any
 
 from workbench.config import JobConfig
 from workbench.proctree import Proc
-from workbench.rundir import RunDir, read_json
+from workbench.rundir import PoolDir, RunDir, read_json
 
 OPTIONS = {"n_train": 2048, "n_val": 256}
 CLI = [sys.executable, "-m", "workbench.cli"]
@@ -35,7 +35,7 @@ def slow_task_cfg(tmp_path: Path, delay_s: float = 0.03, **train: Any) -> JobCon
 
 def run_processes(folder: Path) -> list[str]:
     """Live processes of the run: recorded (controller, agents, workers) or naming its folder."""
-    run = RunDir(folder)
+    run = PoolDir(folder) if (Path(folder) / "pool.json").exists() else RunDir(folder)  # a warm pool's too
     recorded = [Proc.from_dict((read_json(run.meta, {}) or {}).get("controller")),
                 *run.recorded("agent"), *run.recorded("worker")]
     found = {p.pid: f"{p.pid} (recorded)" for p in recorded if p is not None and p.alive()}

@@ -113,6 +113,8 @@ def test_notebook_runs(path: Path, tmp_path: Path, request: pytest.FixtureReques
     nb = _run_notebook(path, tmp_path, env)
     runs = [p.parent for p in tmp_path.rglob("run.json")]
     assert runs, f"{path.name} wrote no run under WORKBENCH_RUN_ROOT={tmp_path}"
+    if path.name == "06_warm_ranks.ipynb":
+        _check_ranks_magic(nb)
     if path.name == "01_quickstart.ipynb":
         text = _outputs_text(nb)
         assert "finished" in text
@@ -121,3 +123,14 @@ def test_notebook_runs(path: Path, tmp_path: Path, request: pytest.FixtureReques
         assert len(widget_views) >= 2, "the Workbench widget and run.dashboard() should both display"
         images = [o for c in nb.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
         assert images, "run.plot() should display a figure"
+
+
+def _check_ranks_magic(nb: nbformat.NotebookNode) -> None:
+    """%%ranks showed both ranks' output, the collective's value and one rank's exception, tagged."""
+    text = "\n".join(_outputs_text(nb).splitlines())
+    for rank in (0, 1):
+        assert f"[rank {rank}] rank {rank} of 2 sees 3.0" in text, text
+        assert f"[rank {rank}] Out: tensor([3.])" in text, text
+    assert "[rank 0] Out: tensor([30.])" in text, text
+    assert "[rank 1] ValueError: something wrong on rank 1" in text, text
+    assert "[rank 0] ValueError" not in text, text

@@ -372,3 +372,28 @@ def test_workbench_submits_a_training_function_on_every_rank(tmp_path):
 def test_workbench_takes_a_task_or_a_function_not_both(tmp_path):
     with pytest.raises(ConfigError, match="give task= .* or fn= .*, not both"):
         Workbench(tiny_cfg(tmp_path), task=_fn_for_the_widget, fn=_fn_for_the_widget)
+
+
+@pytest.mark.ddp
+@pytest.mark.timeout(240)
+def test_keep_ranks_warm_submits_through_one_pool_and_closes_it(tmp_path):
+    from tests.lifecycle import run_processes
+
+    app = Workbench(tiny_cfg(tmp_path), fn=_fn_for_the_widget, args=(4,))
+    assert app.close_pool_button.layout.display == "none"
+    app.keep_warm.value = True
+    first = app.submit()
+    assert first is not None and first.wait(timeout=180).state == "finished", first.exception()
+    pool = app.pool
+    assert pool is not None and pool.alive() and app.close_pool_button.layout.display == ""
+    second = app.submit()
+    assert second.wait(timeout=60).state == "finished" and app.pool is pool
+    assert second.results() == [0, 1] and first.folder != second.folder
+    assert read_meta_pool(second) == pool.name
+    app.close_pool_button.click()
+    assert app.pool is None and app.close_pool_button.layout.display == "none"
+    assert not pool.alive() and not run_processes(pool.dir.root)
+
+
+def read_meta_pool(run) -> str:
+    return run.meta["pool"]["name"]

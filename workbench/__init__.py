@@ -21,6 +21,8 @@ _LAZY = {
     "log": "workbench.engine.script",
     "submit_script": "workbench.launch.submit",
     "submit_fn": "workbench.launch.submit",
+    "Pool": "workbench.launch.pool",
+    "pools": "workbench.launch.pool",
     "presets": "workbench.presets",
     "benchmark_scaling": "workbench.scaling_bench",
     "analysis": "workbench.analysis",
@@ -36,9 +38,17 @@ if TYPE_CHECKING:
     from workbench.engine.script import log
     from workbench.engine.tasks import Task
     from workbench.history import compare, config_diff, runs
+    from workbench.launch.pool import Pool, pools
     from workbench.launch.run import Run, RunFailed, RunFolderError
     from workbench.launch.submit import submit, submit_fn, submit_script
     from workbench.scaling_bench import benchmark_scaling
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """`%load_ext workbench`: the %%ranks cell magic (workbench.magic)."""
+    from workbench.magic import load_ipython_extension as load
+
+    load(ipython)
 
 
 def __getattr__(name: str) -> Any:

@@ -154,6 +154,12 @@ def _parser() -> argparse.ArgumentParser:
     cancel.add_argument("run_dir")
     cancel.set_defaults(func=cmd_cancel)
 
+    pools = sub.add_parser("pools", help="list the warm pools (workbench.Pool) under a run root, or close one")
+    pools.add_argument("--run-root", default=None, help="where the pools are (default: launch.run_root's default)")
+    pools.add_argument("--all", action="store_true", help="closed pools too")
+    pools.add_argument("--close", metavar="NAME", help="close this pool: end its ranks, release its allocation")
+    pools.set_defaults(func=cmd_pools)
+
     check = sub.add_parser("check", help="validate a config and print every problem")
     _config_args(check)
     check.set_defaults(func=cmd_check)
@@ -290,6 +296,32 @@ def cmd_follow(args: argparse.Namespace) -> int:
 
     with stop_signals_interrupt():
         return follow(Run.load(args.run_dir), args.quiet, ranks=getattr(args, "ranks", None))
+
+
+def cmd_pools(args: argparse.Namespace) -> int:
+    import datetime
+
+    from workbench.configtypes import ConfigError
+    from workbench.launch.pool import close_pool, pools
+
+    rows = pools(args.run_root, live_only=not args.all and not args.close)
+    if args.close:
+        found = [r for r in rows if r["name"] == args.close]
+        if not found:
+            raise ConfigError([f"--close {args.close}: no pool of that name under the run root; "
+                               f"`workbench pools --all` lists them"])
+        close_pool(found[0]["folder"])
+        print(f"[workbench] pool {args.close} closed")
+        return 0
+    if not rows:
+        print("[workbench] no open pools" + ("" if args.all else " (--all lists closed ones too)"))
+        return 0
+    print(f"{'name':36s} {'where':14s} {'ranks':>5s} {'state':7s} {'jobs':>4s}  idle since")
+    for r in rows:
+        where = f"{r['executor']} {r['job_id'] or ''}".strip()
+        since = datetime.datetime.fromtimestamp(float(r["idle_since"] or 0)).strftime("%Y-%m-%d %H:%M:%S")
+        print(f"{r['name']:36s} {where:14s} {r['world_size'] or '?':>5} {r['state']:7s} {r['jobs']:>4d}  {since}")
+    return 0
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:

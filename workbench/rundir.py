@@ -106,6 +106,11 @@ class RunDir:
     def result(self, rank: int) -> Path:
         """What a function run with workbench.submit_fn returned on this rank (cloudpickle)."""
         return self.root / "results" / f"rank{rank}.pkl"
+
+    def pool_log(self, tag: str, rank: int, suffix: str) -> Path:
+        """The rank's stdout ("out") or stderr ("err") while a warm pool ran this job (log_files finds it)."""
+        return self.root / "logs" / f"{tag}_{rank}_log.{suffix}"
+
     def error_reserve(self, rank: int) -> Path:
         """Room set aside for the rank's error file, used when the disk is full (workbench.failures)."""
         return self.root / "errors" / f".rank{rank}.reserve"
@@ -222,7 +227,7 @@ class RunDir:
         for path in self.folder("rendezvous").glob("*.json"):
             path.unlink(missing_ok=True)
         self.summary.unlink(missing_ok=True)
-        for key in ("cancelled", "cancelled_by", "job_id", "controller"):
+        for key in ("cancelled", "cancelled_by", "job_id", "controller", "pool"):
             meta.pop(key, None)
 
     @contextlib.contextmanager
@@ -299,3 +304,66 @@ def read_json(path: Path, default: Any = None, schema: records.Schema = records.
     hold one (a warning names it).  Never raises for what the file holds."""
     found = records.read_object(path, schema)
     return default if found is None else found
+
+
+class PoolDir(RunDir):
+    """The folder of a warm pool (workbench.Pool): the channel between the submitting side and the
+    pool's ranks.  Shaped like a run folder where that helps (logs/, procs/, rendezvous/ and the
+    controller's facts, so the executors and the process helpers serve both):
+
+        <run_root>/pools/<name>/pool.json              name, world size, backend, executor, job id, closed
+        <pool>/jobs/{N}.json                           job N: a run folder to run, or code to exec (%%ranks)
+        <pool>/jobs/{N}.cancel                         job N is cancelled (Run.cancel on a pool job)
+        <pool>/done/{N}-rank{R}.json                   rank R is done with job N: outcome, memory, exec output
+        <pool>/taken/rank{R}.json                      the job rank R's warm worker is running now
+        <pool>/ready/rank{R}.json                      rank R's warm worker is up: generation, baseline memory
+        <pool>/procs/rank{R}.json, logs/, rendezvous/  as in a run folder
+    """
+
+    @property
+    def meta(self) -> Path:
+        return self.root / "pool.json"
+
+    def create(self) -> PoolDir:
+        make_dirs(self.root)
+        for sub in ("", "jobs", "done", "taken", "ready", "procs", "logs", "rendezvous", "status", "errors"):
+            make_dirs(self.root / sub)
+            os.chmod(self.root / sub, DIR_MODE)
+        return self
+
+    def job(self, number: int) -> Path:
+        return self.root / "jobs" / f"{number}.json"
+
+    def job_cancel(self, number: int) -> Path:
+        return self.root / "jobs" / f"{number}.cancel"
+
+    def job_numbers(self) -> list[int]:
+        folder = self.root / "jobs"
+        found = [p.stem for p in folder.glob("*.json")] if folder.is_dir() else []
+        return sorted(int(n) for n in found if n.isascii() and n.isdigit())
+
+    def done(self, number: int, rank: int) -> Path:
+        return self.root / "done" / f"{number}-rank{rank}.json"
+
+    def done_numbers(self) -> list[int]:
+        """Job numbers some rank is done with."""
+        folder = self.root / "done"
+        found = {p.stem.split("-")[0] for p in folder.glob("*-rank*.json")} if folder.is_dir() else set()
+        return sorted(int(n) for n in found if n.isascii() and n.isdigit())
+
+    def taken(self, rank: int) -> Path:
+        return self.root / "taken" / f"rank{rank}.json"
+
+    def ready(self, rank: int) -> Path:
+        return self.root / "ready" / f"rank{rank}.json"
+
+
+def pool_dir(run_root: str | os.PathLike[str], name: str) -> PoolDir:
+    """<run_root>/pools/<name>/"""
+    return PoolDir(Path(run_root).expanduser().resolve() / "pools" / name)
+
+
+def pools_under(run_root: str | os.PathLike[str]) -> list[PoolDir]:
+    """Every pool folder under run_root/pools (live or not)."""
+    folder = Path(run_root).expanduser().resolve() / "pools"
+    return [PoolDir(p) for p in sorted(folder.iterdir()) if (p / "pool.json").exists()] if folder.is_dir() else []

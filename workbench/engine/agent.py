@@ -165,7 +165,7 @@ class RankAgent:
         error = read_json(self.run.error(self.rank))
         if isinstance(error, dict) and error.get("attempt") == number:
             return  # the worker said it itself
-        stderr = _stderr_tail(self._stderr_from)
+        stderr = self._stderr_text()
         found = last_traceback(stderr)
         if code < 0:
             kind, message, text = "Lost", killed_message(self.rank, signal_name(code)), stderr
@@ -181,6 +181,10 @@ class RankAgent:
         with contextlib.suppress(OSError):
             write_error(self.run, self.rank, record)
             self._event("error", number, type=kind, message=message)
+
+    def _stderr_text(self) -> str:
+        """What the worker wrote to stderr in this attempt (its end)."""
+        return _stderr_tail(self._stderr_from)
 
     # --- restarting together ---------------------------------------------------------------------
     def _regroup(self, restart: int) -> bool:

@@ -77,3 +77,21 @@ def _xpu_backend() -> str:
     import torch.distributed as dist
 
     return "xccl" if "xccl" in getattr(dist.Backend, "backend_list", []) else "ccl"
+
+
+def join_process_group(backend: str, env: DistEnv, timeout_s: float) -> bool:
+    """Bring the default process group up; True when this call made it (the caller destroys it).
+    In a warm pool's worker (workbench.engine.warm) it is up already, for the pool's ranks: it is
+    used as it is and left up for the next job (False); a job asking another backend is refused."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        held = str(dist.get_backend())
+        if held != backend:
+            raise RuntimeError(f"dist.backend: the pool's process group is {held}, this job asks {backend}; "
+                               f"submit it with dist.backend={held}, or start a pool for {backend}")
+        return False
+    dist.init_process_group(backend, rank=env.rank, world_size=env.world_size, timeout=timedelta(seconds=timeout_s))
+    return True

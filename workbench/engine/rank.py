@@ -5,11 +5,10 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
 from workbench.config import JobConfig
-from workbench.engine.env import DistEnv, pick_device_and_backend
+from workbench.engine.env import DistEnv, join_process_group, pick_device_and_backend
 from workbench.engine.mirrors import Mirrors
 from workbench.engine.monitor import RankMonitor, node_name
 from workbench.engine.preempt import PreemptionFlag
@@ -29,13 +28,13 @@ def run_rank(cfg: JobConfig, run_dir: str, factory: Callable[..., Any] | None = 
     _set_threads(torch, env.local_world_size, cfg.dist.threads_per_rank)
     monitor = RankMonitor(run, env.rank, env.world_size, attempt, stall_after_s=cfg.dist.stall_after_s).start()
     monitor.mirrors = Mirrors(cfg, run, env.rank, lambda message: monitor.event("warning", message=message))
+    owned = False
     try:
         with monitor.reporting():
             device, backend = pick_device_and_backend(env.local_rank, cfg.dist.backend)
             if device.startswith("cuda"):
                 torch.cuda.set_device(device)
-            dist.init_process_group(backend, rank=env.rank, world_size=env.world_size,
-                                    timeout=timedelta(seconds=cfg.dist.timeout_s))
+            owned = join_process_group(backend, env, cfg.dist.timeout_s)
             _record_runtime(run, env, device, backend)  # collective: all_gather_object of host names
             summary = _train(cfg, env, device, run, monitor, factory, preempt)
         if summary["stop_reason"] == "preempted":
@@ -46,7 +45,7 @@ def run_rank(cfg: JobConfig, run_dir: str, factory: Callable[..., Any] | None = 
             write_json_atomic(run.summary, {**summary, "status": "finished", "world_size": env.world_size})
         return summary
     finally:
-        if dist.is_initialized():
+        if owned and dist.is_initialized():
             dist.destroy_process_group()
 
 

@@ -102,26 +102,24 @@ class FnJob:
 def run_fn_rank(job: FnJob, run_dir: str, rank: int, attempt: int = 0) -> Any:
     """Call job.fn(*args, **kwargs) as this rank, inside the default process group (initialised for
     the configured backend, destroyed afterwards); its return value goes to results/rank{R}.pkl."""
-    from datetime import timedelta
-
     import cloudpickle
     import torch
     import torch.distributed as dist
 
-    from workbench.engine.env import DistEnv, pick_device_and_backend
+    from workbench.engine.env import DistEnv, join_process_group, pick_device_and_backend
 
     env = DistEnv.from_environ()
+    owned = False
     try:
         with user_code(run_dir, rank, attempt, job.threads_per_rank, job.stall_after_s, job.label):
             device, backend = pick_device_and_backend(env.local_rank, job.backend)
             if device.startswith("cuda"):
                 torch.cuda.set_device(device)
-            dist.init_process_group(backend, rank=env.rank, world_size=env.world_size,
-                                    timeout=timedelta(seconds=job.timeout_s))
+            owned = join_process_group(backend, env, job.timeout_s)
             result = job.fn(*job.args, **job.kwargs)
             write_atomic(RunDir(run_dir).result(rank), cloudpickle.dumps(result))
     finally:  # after the failure is recorded: tearing the group down makes the peers fail too
-        if dist.is_initialized():
+        if owned and dist.is_initialized():
             dist.destroy_process_group()
     return result
 
@@ -137,18 +135,33 @@ def user_code(run_dir: str, rank: int, attempt: int, threads: int | None, stall_
     _set_threads(threads, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     monitor = _monitor = RankMonitor(run, rank, int(os.environ["WORLD_SIZE"]), attempt,
                                      stall_after_s=stall_after_s).start()
+    streams = sys.stdout, sys.stderr
     count_output(monitor)
-    watch_set_epoch(monitor)
+    unwatch = watch_set_epoch(monitor)
     os.environ[RUN_DIR_ENV] = run_dir
-    monitor.set_state("running")
-    monitor.event("start", script=label, **start)
-    with monitor.reporting():
-        yield monitor
-    monitor.event("end", stop_reason="returned")
-    monitor.close("finished")
-    if rank == 0:
-        write_json_atomic(run.summary, {"status": "finished", "script": label, "steps": monitor.step or None,
-                                        "output_lines": monitor.output_seen})
+    try:
+        monitor.set_state("running")
+        monitor.event("start", script=label, **start)
+        with monitor.reporting():
+            yield monitor
+        monitor.event("end", stop_reason="returned")
+        monitor.close("finished")
+        if rank == 0:
+            write_json_atomic(run.summary, {"status": "finished", "script": label, "steps": monitor.step or None,
+                                            "output_lines": monitor.output_seen})
+    finally:  # a warm pool's worker runs the next job in this process: leave nothing of this one
+        sys.stdout, sys.stderr = streams
+        unwatch()
+        _monitor = None
+        _close_writer()
+
+
+def _close_writer() -> None:
+    global _writer
+    if _writer is not None:
+        with contextlib.suppress(OSError):
+            _writer.close()
+        _writer = None
 
 
 def _set_threads(threads: int | None, local_world_size: int) -> None:
@@ -198,7 +211,7 @@ def count_output(monitor: RankMonitor) -> None:
     sys.stderr = _CountingStream(sys.stderr, monitor)
 
 
-def watch_set_epoch(monitor: RankMonitor) -> None:
+def watch_set_epoch(monitor: RankMonitor) -> Callable[[], None]:
     """Report a shuffling DistributedSampler whose order really repeats: two complete passes with
     the same epoch (and seed), i.e. a script that forgot sampler.set_epoch(epoch).  Peeking at a
     batch (an unfinished pass), or iterating again after set_epoch, is not reported."""
@@ -220,3 +233,8 @@ def watch_set_epoch(monitor: RankMonitor) -> None:
         finished[key] = order
 
     DistributedSampler.__iter__ = __iter__  # type: ignore[method-assign,assignment]
+
+    def unwatch() -> None:
+        DistributedSampler.__iter__ = original  # type: ignore[method-assign]
+
+    return unwatch

@@ -39,24 +39,30 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, _terminate)
     attempt = int(os.environ.get(ATTEMPT_ENV, "0"))
     try:
-        from workbench.engine.script import FnJob, ScriptJob, run_fn_rank, run_script_rank
-
-        work = _peek_work(args.run_dir)
-        rank = int(os.environ["RANK"])
-        if isinstance(work, ScriptJob):
-            run_script_rank(work, args.run_dir, rank, attempt)
-            return 0
-        if isinstance(work, FnJob):
-            run_fn_rank(work, args.run_dir, rank, attempt)
-            return 0
-        from workbench.config import JobConfig
-        from workbench.engine.rank import run_rank
-        from workbench.rundir import RunDir
-
-        summary = run_rank(JobConfig.from_yaml(RunDir(args.run_dir).config), args.run_dir, None, attempt)
-        return REQUEUE_EXIT_CODE if summary.get("stop_reason") == "preempted" else 0
+        return run_job(args.run_dir, attempt)
     except Terminated as exc:
         return 128 + signal.Signals[str(exc)].value
+
+
+def run_job(run_dir: str, attempt: int = 0) -> int:
+    """Run what the run folder holds as this rank: a script, a function, or the engine (a cold
+    worker once, a warm pool's worker once per job); the exit status a cold worker returns."""
+    from workbench.engine.script import FnJob, ScriptJob, run_fn_rank, run_script_rank
+
+    work = _peek_work(run_dir)
+    rank = int(os.environ["RANK"])
+    if isinstance(work, ScriptJob):
+        run_script_rank(work, run_dir, rank, attempt)
+        return 0
+    if isinstance(work, FnJob):
+        run_fn_rank(work, run_dir, rank, attempt)
+        return 0
+    from workbench.config import JobConfig
+    from workbench.engine.rank import run_rank
+    from workbench.rundir import RunDir
+
+    summary = run_rank(JobConfig.from_yaml(RunDir(run_dir).config), run_dir, None, attempt)
+    return REQUEUE_EXIT_CODE if summary.get("stop_reason") == "preempted" else 0
 
 
 def _peek_work(run_dir: str) -> object:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from workbench.config import JobConfig
 from workbench.configtypes import ConfigError, shown
 from workbench.failures import last_traceback
+from workbench.launch.pooljob import PoolJob
 from workbench.launch.status import RunStatus, run_status
 from workbench.proctree import Proc, end
 from workbench.rankstate import LOST_AFTER_S, lost_message
@@ -182,7 +183,10 @@ class Run:
         self._stop_job()
 
     def _stop_job(self) -> None:
-        if isinstance(self.job, _LocalPid) or self.meta.get("executor") == "local":
+        if isinstance(self.job, PoolJob):  # this job only: the pool ends its workers and starts fresh ones
+            self.job.cancel()
+            self.job.wait(STOP_GRACE_S)
+        elif isinstance(self.job, _LocalPid) or self.meta.get("executor") == "local":
             host = self.meta.get("submit_host")
             if host and host != socket.gethostname():
                 raise RuntimeError(f"run {self.folder} runs on {host}: cancel it there (workbench cancel)")
@@ -441,6 +445,8 @@ def _job_state(job: Any) -> str:
 
 
 def _reattach_job(meta: dict[str, Any], run: RunDir) -> Any:
+    if isinstance(meta.get("pool"), dict):  # run by a warm pool (workbench.Pool)
+        return PoolJob.from_meta(meta["pool"], min(int(meta.get("world_size") or 1), MAX_WORLD_SIZE))
     job_id = str(meta.get("job_id") or "")
     if not job_id or not job_id.replace("_", "").isascii() or not job_id.replace("_", "").isdigit():
         return None  # absent, or not a job id a scheduler gave (a damaged or edited run.json)

@@ -12,7 +12,7 @@ import time
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from workbench.config import JobConfig
 from workbench.configtypes import ConfigError
@@ -41,13 +41,18 @@ def submit(cfg: JobConfig, task: Callable[..., Any] | None = None, run_dir: str 
     earlier run continues it from its latest checkpoint (`from_scratch=True`: start over, its
     checkpoints set aside).  A local run lives on when the submitting process ends (a kernel
     restart): `Run.load(run_dir)` follows it again; `stop_with_caller=True` ends it with the caller."""
-    factory = task
-    if factory is not None:
-        cfg = cfg.replace(task__name=factory_label(factory))
-    elif cfg.task.name.startswith("<") and not cfg.task.name.startswith(("<script", "<function")):
+    cfg, factory = engine_work(cfg, task)
+    return _start(cfg, run_dir, work=factory, from_scratch=from_scratch, stop_with_caller=stop_with_caller)
+
+
+def engine_work(cfg: JobConfig, task: Callable[..., Any] | None) -> tuple[JobConfig, Any]:
+    """The config and task.pkl content of an engine run (submit)."""
+    if task is not None:
+        return cfg.replace(task__name=factory_label(task)), task
+    if cfg.task.name.startswith("<") and not cfg.task.name.startswith(("<script", "<function")):
         raise ConfigError([f"task.name: {cfg.task.name} was a Python object passed as task=; pass it again "
                            "(workbench.submit(cfg, task=...)) or name a factory as package.module:function"])
-    return _start(cfg, run_dir, work=factory, from_scratch=from_scratch, stop_with_caller=stop_with_caller)
+    return cfg, None
 
 
 def submit_script(script: str | Path | None = None, args: list[str] | None = None, cfg: JobConfig | None = None,
@@ -57,6 +62,14 @@ def submit_script(script: str | Path | None = None, args: list[str] | None = Non
     """Launch a torchrun-style script (or `module`, as `python -m` would) on cfg's executor, one
     process per rank, each with torchrun's environment.  `cwd` is the ranks' working folder (default:
     this one) and `env` extra environment variables for them."""
+    cfg, job, facts = script_work(script, args, cfg, nproc, module, cwd, env)
+    return _start(cfg, run_dir, work=job, stop_with_caller=stop_with_caller, facts=facts)
+
+
+def script_work(script: str | Path | None, args: list[str] | None, cfg: JobConfig | None, nproc: int | None,
+                module: str | None, cwd: str | Path | None, env: dict[str, str] | None,
+                ) -> tuple[JobConfig, ScriptJob, dict[str, Any]]:
+    """The config, ScriptJob and run.json facts of a script run (submit_script)."""
     if (script is None) == (module is None):
         raise ConfigError(["script: give a script path or module=, not both"] if module else
                           ["script: give the script to run (or module='package.module')"])
@@ -73,8 +86,7 @@ def submit_script(script: str | Path | None = None, args: list[str] | None = Non
         cfg = cfg.replace(launch__name=safe_name(name))
     job = ScriptJob(target, tuple(args or ()), module is not None, cfg.dist.threads_per_rank, cfg.dist.stall_after_s,
                     str(workdir), dict(env or {}))
-    return _start(cfg, run_dir, work=job, stop_with_caller=stop_with_caller,
-                  facts={"script": job.label, "args": list(job.args), "cwd": job.cwd})
+    return cfg, job, {"script": job.label, "args": list(job.args), "cwd": job.cwd}
 
 
 def submit_fn(fn: Callable[..., Any], *args: Any, cfg: JobConfig | None = None, run_dir: str | Path | None = None,
@@ -84,12 +96,19 @@ def submit_fn(fn: Callable[..., Any], *args: Any, cfg: JobConfig | None = None, 
     group up for dist.backend.  `fn` may be defined in a notebook cell: it is pickled by value.
     `workbench.log(step=..., **values)` inside it streams per rank; `run.results()` gives every
     rank's return value in rank order; an exception on any rank fails the run with its traceback."""
+    cfg, job = fn_work(fn, args, kwargs, cfg)
+    return _start(cfg, run_dir, work=job, facts={"function": job.label})
+
+
+def fn_work(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], cfg: JobConfig | None,
+            ) -> tuple[JobConfig, FnJob]:
+    """The config and FnJob of a function run (submit_fn)."""
     cfg = cfg or JobConfig()
     name = getattr(fn, "__name__", "fn").strip("<>") or "fn"
     cfg = cfg.replace(task__name=f"<function {name}>", **({} if cfg.launch.name else {"launch__name": safe_name(name)}))
     d = cfg.dist
-    job = FnJob(fn, tuple(args), dict(kwargs), d.backend, float(d.timeout_s), d.threads_per_rank, d.stall_after_s)
-    return _start(cfg, run_dir, work=job, facts={"function": job.label})
+    return cfg, FnJob(fn, tuple(args), dict(kwargs), d.backend, float(d.timeout_s), d.threads_per_rank,
+                      d.stall_after_s)
 
 
 def check_before_submit(cfg: JobConfig) -> None:
@@ -103,10 +122,24 @@ def check_before_submit(cfg: JobConfig) -> None:
         raise ConfigError(problems)
 
 
+class Launcher(Protocol):
+    """Where a prepared run folder goes: the executor's fresh rank processes (the default), or a
+    warm pool's ranks (workbench.Pool)."""
+
+    def check(self, cfg: JobConfig) -> None:
+        """Raise ConfigError when cfg cannot run here (before anything is made)."""
+
+    def hand_over(self, cfg: JobConfig, run: RunDir, stop_with_caller: bool) -> Any:
+        """Start the ranks on the prepared run folder; returns the job the Run handle follows."""
+
+
 def _start(cfg: JobConfig, run_dir: str | Path | None, *, work: Any = None, from_scratch: bool = False,
-           stop_with_caller: bool = False, facts: dict[str, Any] | None = None) -> Run:
+           stop_with_caller: bool = False, facts: dict[str, Any] | None = None,
+           launcher: Launcher | None = None) -> Run:
     """`work` is what the ranks' workers run besides the config: a task factory, a ScriptJob or an
     FnJob (pickled into the run's task.pkl), or None for the engine with cfg.task.name."""
+    launcher = launcher or FreshRanks()
+    launcher.check(cfg)  # a pool's ranks first: its world size and backend are fixed
     check_before_submit(cfg)
     run = RunDir(Path(run_dir or default_run_dir(cfg)))
     existed = run.root.exists()
@@ -115,13 +148,24 @@ def _start(cfg: JobConfig, run_dir: str | Path | None, *, work: Any = None, from
         _check_checkpoints(run, from_scratch)
         _prepare(run, cfg, {**(facts or {}), **submit_provenance()}, existed)
         _write_task(run, work)
+        job = launcher.hand_over(cfg, run, stop_with_caller)
+    return Run(run.root, job)
+
+
+class FreshRanks:
+    """One RankEntry per rank through submitit: fresh processes for this run."""
+
+    def check(self, cfg: JobConfig) -> None:
+        return None
+
+    def hand_over(self, cfg: JobConfig, run: RunDir, stop_with_caller: bool) -> Any:
         with private_umask():  # submitit's pickles and logs, and every process it starts, stay private
             executor, contract = make_executor(cfg, run, stop_with_caller)
             job = executor.submit(RankEntry(str(run.root), contract, cfg.launch.max_restarts))
         controller = getattr(job, "_process", None)
         found = Proc.of(controller.pid, group=True) if controller is not None else None
         run.record_job(job.job_id, **({"controller": found.to_dict()} if found else {}))
-    return Run(run.root, job)
+        return job
 
 
 def _prepare(run: RunDir, cfg: JobConfig, facts: dict[str, Any], existed: bool) -> RunDir:

@@ -17,6 +17,7 @@ from workbench.ui.scaling_view import ScalingView
 
 if TYPE_CHECKING:
     from workbench.config import JobConfig
+    from workbench.launch.pool import Pool
     from workbench.launch.run import Run
 
 
@@ -45,6 +46,15 @@ class Workbench:
         self.submit_button = w.Button(description="Submit", icon="play", button_style="primary",
                                       tooltip="Submit the form's config (disabled while a submission is in flight)")
         self.submit_button.on_click(self._on_click)
+        self.pool: Pool | None = None
+        """The warm ranks Submit goes through while "keep ranks warm" is on (workbench.Pool)."""
+        self.keep_warm = w.Checkbox(value=False, description="keep ranks warm", indent=False,
+                                    tooltip="Submit runs jobs in ranks started once (workbench.Pool): no start-up "
+                                            "per job; close the pool when done")
+        self.close_pool_button = w.Button(description="Close pool", icon="power-off",
+                                          layout=w.Layout(display="none"),
+                                          tooltip="End the warm ranks (and release a SLURM allocation)")
+        self.close_pool_button.on_click(lambda _button: self.close_pool())
         self.status = w.HTML(_task_note(fn or task, "function" if fn is not None else "task"))
         self.picker = w.Dropdown(description="run", options=[], layout=w.Layout(display="none", width="520px"))
         self.picker.observe(lambda change: self._show(change["new"]), names="value")
@@ -54,7 +64,8 @@ class Workbench:
         form_box = w.VBox([w.HTML("<h4>Config</h4>"), self.form.widget],
                           layout=w.Layout(flex="1 1 560px", min_width="420px", max_height="620px", overflow="auto"))
         side = w.VBox([w.HTML("<h4>Scaling</h4>"), self.scaling.widget,
-                       w.HBox([self.executor, self.submit_button]), self.status],
+                       w.HBox([self.executor, self.submit_button]),
+                       w.HBox([self.keep_warm, self.close_pool_button]), self.status],
                       layout=w.Layout(flex="1 1 440px", min_width="380px", margin="0 0 0 12px"))
         top = w.HBox([form_box, side], layout=w.Layout(flex_flow="row wrap", align_items="flex-start"))
         self.widget = w.VBox([top, self.picker, self.run_box])
@@ -84,10 +95,11 @@ class Workbench:
 
         try:
             cfg = self.form.config
+            target: Any = self._warm_pool(cfg) if self.keep_warm.value else workbench
             if self.fn is not None:
-                run = workbench.submit_fn(self.fn, *self.fn_args, cfg=cfg, **self.fn_kwargs)
+                run = target.submit_fn(self.fn, *self.fn_args, cfg=cfg, **self.fn_kwargs)
             else:
-                run = workbench.submit(cfg, task=self.task)
+                run = target.submit(cfg, task=self.task)
         except ConfigError as exc:
             self.form.show_problems(exc.problems, "not submitted - fix these first:")
             self.status.value = _message("not submitted: the config has problems (listed in the form)", ok=False)
@@ -97,6 +109,29 @@ class Workbench:
             return None
         self._add_run(run)
         return run
+
+    def _warm_pool(self, cfg: JobConfig) -> Pool:
+        """The widget's pool, started for this config's ranks when there is none (or it closed, or
+        the form now asks other ranks: then the old one is closed first)."""
+        import workbench
+
+        if self.pool is not None and self.pool.alive():
+            try:
+                self.pool.check(cfg)
+                return self.pool
+            except ConfigError:
+                self.pool.close()
+        self.pool = workbench.Pool(cfg)
+        self.close_pool_button.layout.display = ""
+        return self.pool
+
+    def close_pool(self) -> None:
+        """End the warm ranks (the Close pool button)."""
+        if self.pool is not None:
+            self.pool.close()
+            self.status.value = _message(f"pool {self.pool.name} closed", ok=True)
+        self.pool = None
+        self.close_pool_button.layout.display = "none"
 
     def _add_run(self, run: Run) -> None:
         key = str(run.folder)

@@ -1,0 +1,291 @@
+"""A warm pool's worker (workbench.Pool): one rank that stays up between jobs.
+
+    python -m workbench.engine.warm POOL_DIR
+
+Started by its pool agent (``workbench.engine.pool_agent``) with the torchrun environment.  It
+imports torch, sets its threads and brings the default process group up once, records its
+baseline memory in ``ready/rank{R}.json``, then runs the pool's jobs (``jobs/{N}.json``) one after
+another, from job $WORKBENCH_POOL_NEXT_JOB on:
+
+- a run job: exactly what a cold worker runs for that run folder (``worker.run_job``: the engine,
+  a function or a script, with the same status, metrics, events, errors and results), its output
+  in the run folder's logs, with the group already up; then ``done/{N}-rank{R}.json`` with the
+  memory left after it.  A job that raises ends this process (its collectives may be half way):
+  the agent starts a fresh worker and every rank meets again before the next job.
+- an exec job (``%%ranks``): the cell's code in this rank's persistent namespace (rank,
+  world_size, dist and torch predefined); its output, the value of its last expression and its
+  traceback go to the done file.  An exception there keeps the process (see Pool.run_cell).
+
+Between jobs the state a job could leave is put back: environment, working folder, sys.argv,
+sys.path, modules a script imported from its own folder, the RNGs (torch's default seed, Python's
+from the OS, as in a fresh process); then garbage is collected and freed memory given back."""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import ctypes
+import faulthandler
+import gc
+import io
+import linecache
+import os
+import random
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Iterator
+from typing import Any
+
+from workbench.engine.worker import Terminated, _terminate, run_job
+from workbench.rundir import PoolDir, RunDir, read_json, write_json_atomic
+
+NEXT_JOB_ENV = "WORKBENCH_POOL_NEXT_JOB"
+GENERATION_ENV = "WORKBENCH_POOL_GENERATION"
+POLL_S = 0.005
+"""How often an idle worker looks for the next job (a file stat): the latency a job waits at most."""
+TORCH_DEFAULT_SEED = 67280421310721
+"""torch's default generator seed in a fresh process (torch.initial_seed() before any manual_seed)."""
+MAX_TEXT = 100_000
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    pool = PoolDir(args[0])
+    faulthandler.enable()
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _terminate)
+    try:
+        return serve(pool, int(os.environ["RANK"]))
+    except Terminated as exc:
+        return 128 + signal.Signals[str(exc)].value
+
+
+def serve(pool: PoolDir, rank: int) -> int:
+    """Warm up, then run jobs until stopped; returns only through an exception or a failed job."""
+    namespace = warm_up(pool, rank)
+    number = int(os.environ.get(NEXT_JOB_ENV, "0"))
+    while True:
+        job = _next_job(pool, number)
+        if pool.job_cancel(number).exists():
+            write_json_atomic(pool.done(number, rank), {"outcome": "cancelled", "time": time.time()})
+        else:
+            write_json_atomic(pool.taken(rank), {"job": number, "kind": job.get("kind"),
+                                                 "run_dir": job.get("run_dir"), "time": time.time()})
+            record = run_exec(job, namespace, rank) if job.get("kind") == "exec" else run_in_folder(job, rank, number)
+            if record.get("exit_code"):
+                return int(record["exit_code"])  # the agent records the job's end and starts afresh
+            write_json_atomic(pool.done(number, rank), {**record, "rss_mb": settle(), "time": time.time()})
+        number += 1
+
+
+def warm_up(pool: PoolDir, rank: int) -> dict[str, Any]:
+    """torch imported, threads set, the default group up for the pool's backend (every rank meets
+    here: a barrier), the engine's modules loaded; the baseline memory recorded."""
+    import torch
+    import torch.distributed as dist
+
+    import workbench.engine.rank  # noqa: F401 - loaded once here, not in each job's time
+    import workbench.engine.trainer  # noqa: F401
+    from workbench.engine.env import DistEnv, join_process_group, pick_device_and_backend
+
+    meta = pool.read_meta() or {}
+    env = DistEnv.from_environ()
+    threads = meta.get("threads_per_rank")
+    if threads or env.local_world_size > 1:
+        os.environ.setdefault("OMP_NUM_THREADS", str(threads or 1))
+        torch.set_num_threads(int(threads or os.environ["OMP_NUM_THREADS"]))
+    device, backend = pick_device_and_backend(env.local_rank, str(meta.get("backend") or "auto"))
+    if device.startswith("cuda"):
+        torch.cuda.set_device(device)
+    join_process_group(backend, env, float(meta.get("timeout_s") or 600))
+    dist.barrier()  # all ranks must reach this: the pool is up on every rank
+    _one_ddp_step(torch, device)  # autograd's, DDP's and the optimizer's one-time set-up: not in a job's time
+    baseline = settle()
+    write_json_atomic(pool.ready(rank), {"rank": rank, "generation": int(os.environ.get(GENERATION_ENV, "0")),
+                                         "backend": backend, "device": device, "pid": os.getpid(),
+                                         "rss_mb": baseline, "time": time.time()})
+    return {"rank": env.rank, "world_size": env.world_size, "dist": dist, "torch": torch, "__name__": "__ranks__"}
+
+
+def _one_ddp_step(torch: Any, device: str) -> None:
+    """A throwaway DDP step on a tiny model (collectives: every rank runs it)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    model = DistributedDataParallel(torch.nn.Linear(4, 4).to(device))
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.ones(2, 4, device=device)).sum().backward()
+    optimizer.step()
+    del model, optimizer
+
+
+def _next_job(pool: PoolDir, number: int) -> dict[str, Any]:
+    path = pool.job(number)
+    while True:
+        job = read_json(path) if path.exists() else None
+        if isinstance(job, dict):
+            return job
+        time.sleep(POLL_S)
+
+
+# --- a run job ---------------------------------------------------------------------------------
+def run_in_folder(job: dict[str, Any], rank: int, number: int) -> dict[str, Any]:
+    """The cold worker's work for the run folder, with this rank's output in that folder's logs;
+    the process state a job may change is put back after it."""
+    run_dir = str(job["run_dir"])
+    fresh_rngs()
+    with restored_process_state(), borrowed_group(), output_to(RunDir(run_dir), f"pool-job{number}", rank):
+        try:
+            code = run_job(run_dir, 0)
+        except Terminated:
+            raise
+        except BaseException:  # recorded in the run folder already; its traceback goes to the rank's log
+            traceback.print_exc()
+            code = 1
+    return {"outcome": "finished" if code == 0 else "failed", "exit_code": code}
+
+
+@contextlib.contextmanager
+def borrowed_group() -> Iterator[None]:
+    """A job's own init_process_group() and destroy_process_group() (a torchrun-style script):
+    the first finds the pool's group up (the same backend: nothing to do), the second leaves it up
+    for the next job.  Put back after the job."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    held = str(dist.get_backend())
+    real = c10d.init_process_group, c10d.destroy_process_group
+
+    def init_process_group(backend: Any = None, *args: Any, **kwargs: Any) -> None:
+        if backend is not None and str(backend).lower() != held:
+            raise RuntimeError(f"init_process_group({backend!r}): this pool's process group is {held}; "
+                               f"run the script in a pool started with dist.backend={backend}")
+
+    def destroy_process_group(group: Any = None) -> None:
+        if group is not None and group is not dist.group.WORLD:
+            real[1](group)
+
+    modules: tuple[Any, ...] = (dist, c10d)
+    for module in modules:
+        module.init_process_group, module.destroy_process_group = init_process_group, destroy_process_group
+    try:
+        yield
+    finally:
+        for module in modules:
+            module.init_process_group, module.destroy_process_group = real
+
+
+def fresh_rngs() -> None:
+    """The random generators as a fresh process has them (jobs seed their own from the config)."""
+    import torch
+
+    torch.manual_seed(TORCH_DEFAULT_SEED)
+    random.seed()
+    with contextlib.suppress(ImportError):
+        import numpy as np
+
+        np.random.seed()
+
+
+@contextlib.contextmanager
+def restored_process_state() -> Iterator[None]:
+    """Environment, working folder, sys.argv, sys.path and the modules a script loaded from outside
+    the installed packages: as they were before the job."""
+    environ, cwd, argv, path = dict(os.environ), os.getcwd(), list(sys.argv), list(sys.path)
+    modules = set(sys.modules)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(environ)
+        with contextlib.suppress(OSError):
+            os.chdir(cwd)
+        sys.argv[:], sys.path[:] = argv, path
+        for name in set(sys.modules) - modules:
+            if _user_module(sys.modules.get(name)):
+                del sys.modules[name]
+
+
+def _user_module(module: Any) -> bool:
+    """A module a job imported from its own files (not from the installed packages or the stdlib)."""
+    path = str(getattr(module, "__file__", None) or "")
+    return bool(path) and "site-packages" not in path and not path.startswith(sys.base_prefix) and \
+        "/workbench/" not in path
+
+
+@contextlib.contextmanager
+def output_to(run: RunDir, tag: str, rank: int) -> Iterator[None]:
+    """This process's stdout and stderr (file descriptors 1 and 2) into the run's log files."""
+    from workbench.private import open_private
+
+    run.logs.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open_private(run.pool_log(tag, rank, "out"), "a") as out, \
+            open_private(run.pool_log(tag, rank, "err"), "a") as err:
+        os.dup2(out.fileno(), 1)
+        os.dup2(err.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+
+
+def settle() -> float:
+    """Collect garbage, give freed heap back to the system (glibc), return the resident set in MB."""
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    return rss_mb(os.getpid())
+
+
+def rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/statm") as fh:
+        pages = int(fh.read().split()[1])
+    return round(pages * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)
+
+
+# --- an exec job (%%ranks) ---------------------------------------------------------------------
+def run_exec(job: dict[str, Any], namespace: dict[str, Any], rank: int) -> dict[str, Any]:
+    """Run the cell's code in the rank's namespace: its output, last value and traceback."""
+    out, err = io.StringIO(), io.StringIO()
+    result: str | None = None
+    error: str | None = None
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            value = exec_cell(str(job.get("source", "")), namespace, f"<rank {rank} cell>")
+        result = None if value is None else _clip(repr(value))
+    except Terminated:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - shown to the user, tagged with the rank
+        error = _clip("".join(traceback.format_exception(type(exc), exc, exc.__traceback__.tb_next
+                                                         if exc.__traceback__ else None)))
+    return {"outcome": "raised" if error else "finished", "stdout": _clip(out.getvalue()),
+            "stderr": _clip(err.getvalue()), "result": result, "error": error}
+
+
+def exec_cell(source: str, namespace: dict[str, Any], filename: str) -> Any:
+    """exec the cell; the value of its last line when that is an expression (as IPython shows it)."""
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # tracebacks show lines
+    tree = ast.parse(source, filename)
+    last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+    assert last is None or isinstance(last, ast.Expr)
+    exec(compile(tree, filename, "exec"), namespace)  # noqa: S102 - the user's own cell, on the user's ranks
+    if last is None:
+        return None
+    return eval(compile(ast.Expression(last.value), filename, "eval"), namespace)  # noqa: S307
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + f"\n[... {len(text) - MAX_TEXT} characters cut ...]"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
