@@ -84,3 +84,20 @@ def test_a_failing_rank_on_nccl_stops_the_others(tmp_path):
     failure = run.exception()
     assert failure.rank == 1 and "injected failure on rank 1" in failure.traceback
     assert took < 120, f"the other rank waited {took:.0f} s in an NCCL collective"
+
+
+def test_a_warm_pool_runs_jobs_on_nccl_and_leaves_nothing(tmp_path):
+    """workbench.Pool on GPUs: the warm workers bring NCCL up once, run two jobs (each its own run
+    folder, each trained on the ranks' GPUs), and nothing of the pool survives close()."""
+    from tests.lifecycle import assert_nothing_left
+
+    cfg = _cfg(tmp_path)
+    with workbench.Pool(cfg, idle_timeout_s=600) as pool:
+        pool.wait_ready(240)
+        assert pool._resolved_backend() == "nccl"  # what "auto" chose on a GPU
+        for lr in (3e-3, 1e-3):
+            run = _finished(pool.submit(cfg.replace(train__lr=lr)))
+            starts = run.events()
+            assert set(starts[starts["event"] == "start"]["device"]) == {"cuda:0"}
+            assert (run.metrics().groupby("rank")["step"].max() == 60).all()
+    assert_nothing_left(pool.dir.root)
