@@ -11,11 +11,13 @@ and SIGHUP stop it like Ctrl-C: the rank records that it was interrupted and exi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
 import os
 import signal
 import sys
 from types import FrameType
+from typing import NoReturn
 
 REQUEUE_EXIT_CODE = 76
 """The worker checkpointed after a preemption or time-limit signal: its agent hands the job back."""
@@ -39,14 +41,15 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, _terminate)
     attempt = int(os.environ.get(ATTEMPT_ENV, "0"))
     try:
-        return run_job(args.run_dir, attempt)
+        return run_job(args.run_dir, attempt, exit_after_engine=True)
     except Terminated as exc:
         return 128 + signal.Signals[str(exc)].value
 
 
-def run_job(run_dir: str, attempt: int = 0) -> int:
+def run_job(run_dir: str, attempt: int = 0, exit_after_engine: bool = False) -> int:
     """Run what the run folder holds as this rank: a script, a function, or the engine (a cold
-    worker once, a warm pool's worker once per job); the exit status a cold worker returns."""
+    worker once, a warm pool's worker once per job); the exit status a cold worker returns.
+    `exit_after_engine`: a cold worker that ran the engine leaves at once (`exit_now`)."""
     from workbench.engine.script import FnJob, ScriptJob, run_fn_rank, run_script_rank
 
     work = _peek_work(run_dir)
@@ -62,7 +65,25 @@ def run_job(run_dir: str, attempt: int = 0) -> int:
     from workbench.rundir import RunDir
 
     summary = run_rank(JobConfig.from_yaml(RunDir(run_dir).config), run_dir, None, attempt)
-    return REQUEUE_EXIT_CODE if summary.get("stop_reason") == "preempted" else 0
+    code = REQUEUE_EXIT_CODE if summary.get("stop_reason") == "preempted" else 0
+    if exit_after_engine:
+        exit_now(code)
+    return code
+
+
+def exit_now(code: int) -> NoReturn:
+    """Leave without the interpreter's and the native libraries' teardown.  The engine has written
+    and closed everything it reports (status, metrics, events, checkpoints, mirrors) and destroyed
+    its process group; a native thread torn down at exit ("terminate called without an active
+    exception", seen once on gloo under load) must not turn a rank that finished into one killed by
+    SIGABRT.  Scripts and functions exit normally: their atexit handlers are the user's."""
+    import logging
+
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def _peek_work(run_dir: str) -> object:
