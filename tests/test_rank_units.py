@@ -184,3 +184,25 @@ def test_a_stop_request_is_seen_by_the_next_logged_step(one_rank_group, tmp_path
     assert logger.log(None, torch.tensor(1.0), stop=True) is False  # asked now, reduced asynchronously
     assert logger.log(None, torch.tensor(1.0), stop=False) is True  # every rank reads it at this step
     assert logger.log(None, torch.tensor(1.0), stop=False) is False
+
+
+def test_exit_now_keeps_buffered_output_and_the_code_and_skips_teardown(tmp_path):
+    """A cold engine worker leaves with worker.exit_now: what it printed (buffered, to a file or a
+    pipe) and logged is kept, the exit status is the one given, and nothing of the interpreter's
+    teardown runs (where a native thread's destructor once aborted a finished rank)."""
+    import subprocess
+    import sys
+
+    log = tmp_path / "rank.log"
+    code = ("import atexit, logging, sys\n"
+            f"logging.basicConfig(filename={str(log)!r}, level=logging.INFO)\n"
+            "logging.info('logged before the exit')\n"
+            "atexit.register(lambda: print('teardown ran'))\n"
+            "sys.stdout.write('printed, still in the buffer'); sys.stderr.write('to stderr')\n"
+            "from workbench.engine.worker import exit_now\n"
+            "exit_now(76)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONUNBUFFERED": ""})
+    assert done.returncode == 76
+    assert done.stdout == "printed, still in the buffer" and done.stderr == "to stderr"
+    assert "logged before the exit" in log.read_text()
