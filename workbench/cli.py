@@ -280,12 +280,12 @@ def _start_owned(args: argparse.Namespace, start: Any) -> int:
 
     with stop_signals_interrupt():
         try:
-            run = start()  # a signal here: the controller, tied to this process, stops with it
+            run = start()
         except SubmitError as exc:
             print(f"workbench: {exc}", file=sys.stderr)
             return 2
         if args.detach:
-            print_detached(run)
+            print_detached(run)  # a stop signal that came while submitting: raised on leaving the block
             return 0
         return follow(run, args.quiet, owned=True, ranks=args.ranks)
 
@@ -343,12 +343,17 @@ def follow(run: Any, quiet: bool = False, owned: bool = False, ranks: str | None
 
     An owner (`workbench run`, `workbench launch`) cancels the run when stopped by a signal or when
     this loop fails; a follower (`workbench follow`) only stops following."""
-    from workbench.owner import Interrupted, cancel_owned
+    from workbench.owner import Interrupted, cancel_owned, check_stop
 
     printer = ProgressPrinter(quiet=quiet, ranks=ranks)
+
+    def poll(run: Any) -> None:
+        check_stop()  # a stop signal is raised here, between polls (never inside an import)
+        printer(run)
+
     try:  # a stop signal from here on (even right after the first line) ends the follow cleanly
         print(f"[workbench] run folder: {run.folder}", flush=True)
-        status = run.wait(on_poll=printer)
+        status = run.wait(on_poll=poll)
     except Interrupted as stop:
         if not owned:
             print(f"\n[workbench] stopped following; the run goes on (workbench cancel {run.folder} stops it)")

@@ -24,8 +24,25 @@ class Interrupted(KeyboardInterrupt):
         self.signum = signum
 
 
-def _raise(signum: int, frame: FrameType | None) -> None:
-    raise Interrupted(signum)
+_pending: list[int] = []
+"""Stop signals received and not yet raised (see _defer)."""
+
+
+def _defer(signum: int, frame: FrameType | None) -> None:
+    """Note the signal; `check_stop` raises it at the command's next safe point (its poll, at most
+    half a second away).  Raising from the handler itself would interrupt whatever the main thread
+    was doing, an import included, and leave a half-made module behind for the cancel that follows
+    ("cannot import name ... from partially initialized module": seen once under load)."""
+    _pending.append(signum)
+
+
+def check_stop() -> None:
+    """Raise Interrupted for a stop signal received since the command armed them (once: the
+    caller that catches it has handled it)."""
+    if _pending:
+        signum = _pending[0]
+        _pending.clear()
+        raise Interrupted(signum)
 
 
 def _note(signum: int, frame: FrameType | None) -> None:
@@ -34,14 +51,18 @@ def _note(signum: int, frame: FrameType | None) -> None:
 
 @contextlib.contextmanager
 def stop_signals_interrupt() -> Iterator[None]:
-    """SIGINT, SIGTERM and SIGHUP raise Interrupted in the main thread while inside; a signal the
-    command was started ignoring stays ignored (`nohup workbench run ...` survives the terminal)."""
-    previous = {sig: signal.signal(sig, _raise) for sig in STOP_SIGNALS if signal.getsignal(sig) != signal.SIG_IGN}
+    """SIGINT, SIGTERM and SIGHUP raise Interrupted in the main thread while inside, at its safe
+    points (`check_stop`, and leaving the block); a signal the command was started ignoring stays
+    ignored (`nohup workbench run ...` survives the terminal)."""
+    _pending.clear()
+    previous = {sig: signal.signal(sig, _defer) for sig in STOP_SIGNALS if signal.getsignal(sig) != signal.SIG_IGN}
     try:
         yield
+        check_stop()  # one that came as the block ended is not lost
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        _pending.clear()
 
 
 def cancel_owned(run: Any, why: str) -> Any:
