@@ -222,13 +222,18 @@ def _thin(x: np.ndarray, *ys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarra
     return x[::stride], low[::stride], high[::stride]
 
 
+def thin_slice(n: int, max_points: int | None) -> slice:
+    """The rows of n to keep: at most max_points evenly spaced, always with the last (all when
+    max_points is None or 0)."""
+    if not max_points or n <= max_points:
+        return slice(0, n)
+    stride = -(-n // max_points)
+    return slice((n - 1) % stride, n, stride)
+
+
 def thin(frame: pd.DataFrame, max_points: int) -> pd.DataFrame:
     """At most max_points evenly spaced rows of one rank's frame, always with the last."""
-    n = len(frame)
-    if n <= max_points:
-        return frame
-    stride = -(-n // max(1, max_points))
-    return frame.iloc[(n - 1) % stride::stride]  # a slice (no copy) that ends on the last row
+    return frame.iloc[thin_slice(len(frame), max_points)]  # a slice (no copy) that ends on the last row
 
 
 def downsample(frame: pd.DataFrame, max_points: int) -> pd.DataFrame:

@@ -197,10 +197,10 @@ class FrameMap(Mapping[int, "pd.DataFrame"]):
         store = self._stores.get(rank)
         if store is None:
             return None
-        n = store.n
-        stride = 1 if not max_points or n <= max_points else -(-n // max(1, max_points))
-        start = (n - 1) % stride
-        return {c: a[start:n:stride] for c, a in store.arrays.items()}
+        from workbench.plots import thin_slice
+
+        rows = thin_slice(store.n, max_points)
+        return {c: a[rows] for c, a in store.arrays.items()}
 
 
 class RankFrames:
@@ -264,9 +264,8 @@ class RankFrames:
             parts = [p for p in found if p is not None]
             if parts and len(parts) == len(found) and all(p.keys() == parts[0].keys() for p in parts):
                 columns = {c: np.concatenate([p[c] for p in parts]) for c in parts[0]}
-                order = np.lexsort((columns["rank"], columns["step"])) if "rank" in columns else None
-                frame = pd.DataFrame(columns if order is None else {c: v[order] for c, v in columns.items()})
-                return frame if order is not None else frame.sort_values("step", kind="stable").reset_index(drop=True)
+                order = np.lexsort((columns["rank"], columns["step"]))  # every metrics record has both
+                return pd.DataFrame({c: v[order] for c, v in columns.items()})
             frames = [self.frames[rank] for rank in ranks]
         parts_df = [thin(f, max_points) if max_points else f for f in frames]
         if not parts_df:
