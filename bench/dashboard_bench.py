@@ -30,8 +30,8 @@ from pathlib import Path
 
 from workbench.config import JobConfig
 from workbench.launch.run import Run
-from workbench.rundir import RunDir, write_json_atomic
-from workbench.stream import JsonlWriter
+from workbench.runfolder.layout import RunDir, write_json_atomic
+from workbench.runfolder.writer import JsonlWriter
 
 REFRESH_TARGET_MS = 150.0
 LATENCY_P95_TARGET_S = 1.5

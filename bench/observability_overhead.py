@@ -19,7 +19,7 @@ from pathlib import Path
 import workbench
 from workbench.config import JobConfig
 from workbench.engine.monitor import RankMonitor
-from workbench.rundir import RunDir
+from workbench.runfolder.layout import RunDir
 
 TASK = {"n_train": 65536, "n_val": 64, "dim": 256, "hidden": 1024, "classes": 16}
 WARMUP = 30

@@ -11,7 +11,7 @@ from typing import Any
 
 from workbench.config import JobConfig
 from workbench.proctree import Proc
-from workbench.rundir import PoolDir, RunDir, read_json
+from workbench.runfolder.layout import PoolDir, RunDir, read_json
 
 OPTIONS = {"n_train": 2048, "n_val": 256}
 CLI = [sys.executable, "-m", "workbench.cli"]

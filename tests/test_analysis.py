@@ -1,4 +1,4 @@
-"""Unit tests of workbench.analysis on hand-built metrics frames (no processes)."""
+"""Unit tests of workbench.results.analysis on hand-built metrics frames (no processes)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import re
 import pandas as pd
 import pytest
 
-from workbench import analysis
+from workbench.results import analysis
 from workbench.config import JobConfig
-from workbench.scaling import scaling_table
-from workbench.scaling_bench import compare, guide_speedup
+from workbench.config.scaling import scaling_table
+from workbench.launch.scaling_bench import compare, guide_speedup
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -135,7 +135,7 @@ def test_amdahl_gain():
 
 
 def test_report_counts_the_engine_checks_findings():
-    from workbench.runevents import EventSummary
+    from workbench.runfolder.events import EventSummary
 
     events = [{"event": "straggler", "rank": 0, "straggler_rank": 1}, {"event": "start", "rank": 0},
               {"event": "straggler", "rank": 0, "straggler_rank": 1},

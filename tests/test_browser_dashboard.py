@@ -21,8 +21,8 @@ import pytest
 from tests.browser_fixture import CHROMIUM_ARGS, chromium, start_jupyter_lab  # noqa: F401 (fixture)
 from tests.test_history import write_run
 from workbench.config import JobConfig
-from workbench.rundir import RunDir, write_json_atomic
-from workbench.stream import JsonlWriter
+from workbench.runfolder.layout import RunDir, write_json_atomic
+from workbench.runfolder.writer import JsonlWriter
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "test-artifacts"

@@ -38,7 +38,7 @@ def test_config_where_names_the_code_that_reads_a_field(capsys):
     assert main(["config", "--where", "train.grad_accum_steps"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("train.grad_accum_steps: Micro-batches accumulated")
-    assert "workbench/engine/trainer.py:" in out and "workbench/scaling.py:" in out
+    assert "workbench/engine/trainer.py:" in out and "workbench/config/scaling.py:" in out
 
 
 def test_config_where_rejects_what_is_not_a_field(capsys):
@@ -64,7 +64,7 @@ def test_script_arguments_are_split_as_torchrun_does(argv, own, script):
 
 def test_a_workbench_option_after_the_script_says_where_to_put_it():
     from workbench.cli import split_script_args
-    from workbench.configtypes import ConfigError
+    from workbench.errors import ConfigError
 
     with pytest.raises(ConfigError, match="--nproc comes after the script.*before the script.*end them with --"):
         split_script_args(["launch", "t.py", "--nproc", "2", "--lr", "3"])

@@ -8,8 +8,8 @@ import typing
 import pytest
 
 from workbench.config import JobConfig, TrainConfig
-from workbench.configtypes import ConfigError
-from workbench.validate import parse_time_limit
+from workbench.errors import ConfigError
+from workbench.config.validate import parse_time_limit
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -436,7 +436,7 @@ def test_yaml_python_tags_are_rejected_not_executed(tmp_path):
 
 @pytest.mark.parametrize("text, minutes", [("90", 90), ("1:30:00", 90), ("'01:30:00'", 90), ("2-00:00:00", 2880)])
 def test_time_limit_unquoted_in_yaml_is_read_as_written(text, minutes):
-    from workbench.validate import parse_time_limit
+    from workbench.config.validate import parse_time_limit
 
     cfg = JobConfig.from_yaml(f"launch:\n  time_limit: {text}\n")
     assert parse_time_limit(cfg.launch.time_limit) == minutes

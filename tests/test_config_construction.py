@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench import validate
+from workbench.config import validate
 from workbench.config import (
     DataConfig,
     DistConfig,
@@ -24,7 +24,7 @@ from workbench.config import (
     TaskConfig,
     TrainConfig,
 )
-from workbench.configtypes import ConfigError
+from workbench.errors import ConfigError
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -14,7 +14,7 @@ from workbench.engine.builtin_tasks import synthetic_classification
 from workbench.engine.env import DistEnv
 from workbench.engine.monitor import RankMonitor
 from workbench.engine.trainer import Trainer
-from workbench.rundir import RunDir
+from workbench.runfolder.layout import RunDir
 
 pytestmark = [pytest.mark.ddp, pytest.mark.timeout(180)]
 

@@ -10,8 +10,8 @@ import pytest
 
 import workbench
 from workbench.config import JobConfig
-from workbench.rundir import RunDir, write_json_atomic
-from workbench.stream import JsonlWriter
+from workbench.runfolder.layout import RunDir, write_json_atomic
+from workbench.runfolder.writer import JsonlWriter
 
 pytestmark = pytest.mark.timeout(60)
 REPO = Path(__file__).resolve().parents[1]

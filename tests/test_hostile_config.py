@@ -15,10 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from workbench import configyaml
+from workbench.config import yamlfile as configyaml
 from workbench.cli import main
 from workbench.config import JobConfig
-from workbench.configtypes import ConfigError
+from workbench.errors import ConfigError
 
 pytestmark = pytest.mark.timeout(300)
 BOUND = datetime.timedelta(seconds=10)
@@ -183,7 +183,7 @@ def test_a_bug_in_workbench_still_prints_its_traceback(capsys, monkeypatch):
     def broken(args):
         raise KeyError("a bug")
 
-    monkeypatch.setattr(cli, "cmd_check", broken)
+    monkeypatch.setattr(cli.parser, "cmd_check", broken)
     assert main(["check", "x.yaml"]) == 1
     err = capsys.readouterr().err
     assert "Traceback" in err and "KeyError: 'a bug'" in err and "this is a bug in workbench" in err

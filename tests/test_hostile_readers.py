@@ -1,6 +1,6 @@
 """Readers that cannot be broken by what a run folder holds: damaged lines are skipped, counted and
 named once; every valid record comes back exactly once whatever the poll schedule; status, error,
-summary and run.json files that do not hold an object read as absent (workbench.records)."""
+summary and run.json files that do not hold an object read as absent (workbench.runfolder.records)."""
 
 from __future__ import annotations
 
@@ -14,12 +14,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from workbench import records
+from workbench.runfolder import records
 from workbench.config import JobConfig
 from workbench.launch.run import Run
-from workbench.records import DamagedFileWarning
-from workbench.rundir import RunDir, write_json_atomic
-from workbench.stream import JsonlTail, JsonlWriter, RankFrames
+from workbench.errors import DamagedFileWarning
+from workbench.runfolder.layout import RunDir, write_json_atomic
+from workbench.runfolder.reader import JsonlTail, RankFrames
+from workbench.runfolder.writer import JsonlWriter
 
 pytestmark = pytest.mark.timeout(120)
 EXAMPLES = int(os.environ.get("WORKBENCH_FUZZ_EXAMPLES", "150"))
@@ -200,7 +201,7 @@ def _garbage_run(tmp_path: Path) -> RunDir:
     return run
 
 
-@pytest.mark.filterwarnings("ignore::workbench.records.DamagedFileWarning")
+@pytest.mark.filterwarnings("ignore::workbench.runfolder.records.DamagedFileWarning")
 def test_status_exception_metrics_and_health_survive_a_run_folder_of_garbage(tmp_path):
     run = _garbage_run(tmp_path)
     handle = Run(run.root)

@@ -13,13 +13,13 @@ import time
 import pytest
 
 from workbench.config import JobConfig
-from workbench.configtypes import ConfigError
-from workbench.failures import describe, disk_full_error, last_traceback, reserve_error_space, write_error
+from workbench.errors import ConfigError
+from workbench.runfolder.failures import describe, disk_full_error, last_traceback, reserve_error_space, write_error
 from workbench.launch.status import overall_state
 from workbench.proctree import Proc, end
-from workbench.provenance import dist_env, submit_provenance
-from workbench.rundir import RunDir, read_json, write_json_atomic
-from workbench.runevents import EventSummary
+from workbench.runfolder.provenance import dist_env, submit_provenance
+from workbench.runfolder.layout import RunDir, read_json, write_json_atomic
+from workbench.runfolder.events import EventSummary
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -152,7 +152,7 @@ def test_preemption_signal_checkpoints_requeues_and_resumes_with_continuous_step
     import signal
 
     from tests.tasks_for_tests import slow
-    from workbench.rundir import read_json
+    from workbench.runfolder.layout import read_json
 
     cfg = _cfg(tmp_path, max_steps=60, checkpoint_every_steps=1000)
     run = workbench.submit(cfg, task=functools.partial(slow, 0.05, n_train=2048, n_val=256, dropout=0.1))

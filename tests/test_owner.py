@@ -1,4 +1,4 @@
-"""A terminal command's stop signals (workbench.owner): raised at the command's safe points, never in
+"""A terminal command's stop signals (workbench.cli.owner): raised at the command's safe points, never in
 the middle of what the main thread was doing (an import, above all)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from workbench.owner import Interrupted, check_stop, stop_signals_interrupt
+from workbench.cli.owner import Interrupted, check_stop, stop_signals_interrupt
 
 pytestmark = [pytest.mark.timeout(30)]
 

@@ -15,11 +15,11 @@ import pytest
 
 import workbench
 from tests.lifecycle import assert_nothing_left, cfg, run_processes, wait_for_step, wait_until
-from workbench.configtypes import ConfigError
+from workbench.errors import ConfigError
 from workbench.engine.warm import rss_mb
-from workbench.launch.submit import SubmitError
+from workbench.errors import SubmitError
 from workbench.proctree import Proc
-from workbench.rundir import read_json
+from workbench.runfolder.layout import read_json
 
 pytestmark = [pytest.mark.ddp]
 

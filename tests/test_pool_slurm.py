@@ -12,7 +12,7 @@ import pytest
 import workbench
 from tests.lifecycle import run_processes, wait_until
 from workbench.config import JobConfig
-from workbench.rundir import read_json
+from workbench.runfolder.layout import read_json
 
 pytestmark = [pytest.mark.slurm]
 

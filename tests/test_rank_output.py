@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from workbench.configtypes import ConfigError
+from workbench.errors import ConfigError
 from workbench.launch.output import RankOutput, shown_streams
-from workbench.rundir import RunDir
+from workbench.runfolder.layout import RunDir
 
 pytestmark = pytest.mark.timeout(120)
 CHATTY = Path(__file__).parent / "scripts" / "chatty.py"

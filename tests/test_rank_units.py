@@ -14,7 +14,7 @@ from workbench.engine.optim import lr_factor
 from workbench.engine.rendezvous import RankContract
 from workbench.launch.executors import slurm_parameters
 from workbench.launch.export import sbatch_script, torchrun_command
-from workbench.rundir import RunDir
+from workbench.runfolder.layout import RunDir
 
 pytestmark = pytest.mark.timeout(60)
 TORCHRUN_KEYS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK",

@@ -10,7 +10,7 @@ import torch
 from workbench.config import JobConfig
 from workbench.engine.checkpoint import load_latest, save_checkpoint
 from workbench.engine.monitor import RankMonitor
-from workbench.rundir import RunDir, read_json, write_json_atomic
+from workbench.runfolder.layout import RunDir, read_json, write_json_atomic
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -60,7 +60,7 @@ def test_reusing_a_run_folder_forgets_the_last_attempts_end(tmp_path):
 
 def test_a_notebook_task_label_without_the_task_is_a_clear_error(tmp_path):
     import workbench
-    from workbench.configtypes import ConfigError
+    from workbench.errors import ConfigError
 
     cfg = JobConfig.from_dict({"task": {"name": "<__main__.make_task>"}, "launch": {"run_root": str(tmp_path)}})
     with pytest.raises(ConfigError, match="task.name: <__main__.make_task> was a Python object"):

@@ -15,9 +15,9 @@ from workbench.config import JobConfig
 from workbench.engine.monitor import RankMonitor
 from workbench.launch.run import Run
 from workbench.launch.status import run_status
-from workbench.rankstate import LOST_AFTER_S, RANK_STATES, SILENT_AFTER_S, lost_message
-from workbench.rundir import RunDir, write_json_atomic
-from workbench.stream import JsonlWriter
+from workbench.runfolder.rankstate import LOST_AFTER_S, RANK_STATES, SILENT_AFTER_S, lost_message
+from workbench.runfolder.layout import RunDir, write_json_atomic
+from workbench.runfolder.writer import JsonlWriter
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -142,7 +142,7 @@ def test_every_rank_state_has_a_readable_badge_colour():
 
 # --- stragglers ----------------------------------------------------------------------------------
 def test_live_health_line_and_report_give_one_straggler_verdict(tmp_path):
-    from workbench.analysis import format_report
+    from workbench.results.analysis import format_report
 
     run = _run_folder(tmp_path)
     _metrics(run, 0, range(1, 60), step_time_s=0.100, comm_s=0.04)  # waits for rank 1 in the all-reduce
@@ -170,7 +170,7 @@ def test_straggler_threshold_comes_from_the_config(tmp_path):
 
 # --- one reader ----------------------------------------------------------------------------------
 def test_dashboard_report_and_handle_share_one_metrics_reader(tmp_path, monkeypatch):
-    from workbench import stream
+    from workbench.runfolder import reader as stream
     from workbench.ui.state import read_state
 
     run = _run_folder(tmp_path)
@@ -220,7 +220,7 @@ def test_a_run_that_logs_no_metric_says_so_instead_of_step_zero(tmp_path):
 
 
 def test_a_script_that_logs_loss_without_step_times_is_not_called_empty(tmp_path):
-    from workbench.analysis import format_report
+    from workbench.results.analysis import format_report
 
     run = _run_folder(tmp_path)
     for rank in (0, 1):

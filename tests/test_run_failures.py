@@ -18,7 +18,7 @@ import pytest
 import workbench
 from tests.lifecycle import CLI, OPTIONS, assert_nothing_left, cfg, checkpoint_steps, metric_steps, report
 from tests.tasks_for_tests import big, crashing_while_building, failing_to_build
-from workbench.launch.submit import SubmitError
+from workbench.errors import SubmitError
 
 pytestmark = [pytest.mark.ddp, pytest.mark.timeout(300)]
 

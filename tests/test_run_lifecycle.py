@@ -28,9 +28,9 @@ from tests.lifecycle import (
     wait_for_step,
 )
 from tests.tasks_for_tests import failing_on_first_attempt, slow
-from workbench.launch.submit import SubmitError
+from workbench.errors import SubmitError
 from workbench.proctree import Proc
-from workbench.rundir import read_json
+from workbench.runfolder.layout import read_json
 
 pytestmark = [pytest.mark.ddp, pytest.mark.timeout(300)]
 

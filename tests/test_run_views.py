@@ -18,8 +18,8 @@ import pytest
 from workbench.config import JobConfig
 from workbench.launch.run import Run
 from workbench.launch.status import RankStatus, RunStatus, step_rate
-from workbench.rundir import RunDir, write_json_atomic
-from workbench.stream import JsonlWriter
+from workbench.runfolder.layout import RunDir, write_json_atomic
+from workbench.runfolder.writer import JsonlWriter
 
 pytestmark = pytest.mark.timeout(60)
 REPO = Path(__file__).resolve().parents[1]
@@ -109,7 +109,7 @@ def test_metrics_give_wall_time_elapsed_and_samples_and_keep_time(tmp_path):
 
 
 def test_ema_band_and_outliers():
-    from workbench.metricview import band, ema
+    from workbench.results.metricview import band, ema
 
     values = np.array([1.0, 3.0, np.nan, 3.0])
     smoothed = ema(values, 0.5)
@@ -136,7 +136,7 @@ def sixteen_ranks(steps: int = 600, ranks: int = 16) -> pd.DataFrame:
 
 
 def test_many_ranks_draw_a_median_band_and_the_outlier_not_one_line_each():
-    from workbench.plots import plot_run, rank_colour
+    from workbench.results.plots import plot_run, rank_colour
 
     fig = plot_run(sixteen_ranks(), x="samples")
     loss_ax = fig.axes[0]
@@ -153,7 +153,7 @@ def test_many_ranks_draw_a_median_band_and_the_outlier_not_one_line_each():
 
 
 def test_smoothing_keeps_the_raw_series_faint_behind_and_log_y_applies_to_loss():
-    from workbench.plots import plot_run
+    from workbench.results.plots import plot_run
 
     frame = sixteen_ranks(ranks=2)
     evals = pd.DataFrame({"step": [200, 400, 600], "val_loss": [1.0, 0.6, 0.5], "val_accuracy": [0.5, 0.7, 0.8]})
@@ -167,7 +167,7 @@ def test_smoothing_keeps_the_raw_series_faint_behind_and_log_y_applies_to_loss()
 
 
 def test_dark_theme_figure_has_dark_background_and_light_text():
-    from workbench.plots import plot_run
+    from workbench.results.plots import plot_run
 
     fig = plot_run(sixteen_ranks(ranks=2), theme="dark")
     assert fig.get_facecolor()[:3] < (0.2, 0.2, 0.2)
@@ -211,7 +211,7 @@ def test_metrics_plot_controls_and_hover(tmp_path):
 def test_a_6000_step_and_a_16_rank_run_are_readable_at_1100_px():
     """Saved for a person to look at (test-artifacts/); asserted: loss still visible after 3% of the
     run with log-y and smoothing, and the figure is 1100 px wide."""
-    from workbench.plots import plot_run
+    from workbench.results.plots import plot_run
 
     artifacts = REPO / "test-artifacts"
     artifacts.mkdir(exist_ok=True)
@@ -241,7 +241,7 @@ def test_the_plot_follows_jupyterlabs_saved_theme(tmp_path, monkeypatch):
 
 
 def test_a_rank_that_differs_from_ranks_in_exact_agreement_is_an_outlier():
-    from workbench.metricview import band
+    from workbench.results.metricview import band
 
     frame = pd.DataFrame({"rank": np.repeat(range(12), 50), "step": np.tile(range(50), 12), "step_time_s": 0.1})
     frame.loc[frame["rank"] == 5, "step_time_s"] = 0.12

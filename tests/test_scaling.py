@@ -16,8 +16,8 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from workbench.cli import main
 from workbench.config import JobConfig
-from workbench.presets import PRESETS, preset
-from workbench.scaling import RULES, describe_change, effective_batch, multiplier, scaled, scaling_table, steps_per_epoch
+from workbench.config.presets import PRESETS, preset
+from workbench.config.scaling import RULES, describe_change, effective_batch, multiplier, scaled, scaling_table, steps_per_epoch
 
 pytestmark = pytest.mark.timeout(30)
 

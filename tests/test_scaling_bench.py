@@ -13,9 +13,9 @@ import workbench
 from tests.tasks_for_tests import slow_on
 from workbench.cli import main
 from workbench.config import JobConfig
-from workbench.configtypes import ConfigError
-from workbench.plots import plot_scaling
-from workbench.scaling_bench import COLUMNS, bench_config, benchmark_scaling
+from workbench.errors import ConfigError
+from workbench.results.plots import plot_scaling
+from workbench.launch.scaling_bench import COLUMNS, bench_config, benchmark_scaling
 
 pytestmark = [pytest.mark.ddp, pytest.mark.timeout(300)]
 
@@ -51,7 +51,7 @@ def test_benchmark_runs_are_short_and_reportable(bench):
     assert set(run.events()["event"]) & {"eval"} == set(), "the benchmark does not evaluate"
     rep = run.report()
     assert rep["world_size"] == 2 and rep["samples_per_s"] > 0
-    assert "throughput:" in workbench.analysis.format_report(rep)
+    assert "throughput:" in workbench.results.analysis.format_report(rep)
 
 
 def test_plot_and_table_take_the_measurement(bench):
@@ -105,7 +105,7 @@ def test_report_of_a_real_run_flags_the_slow_rank(tmp_path):
     run = workbench.submit(cfg, task=functools.partial(slow_on, 1, 0.01, n_train=2048, n_val=64))
     assert run.wait(timeout=120).state == "finished", run.exception()
     rep = run.report()
-    assert rep["stragglers"]["rank"].tolist() == [1], workbench.analysis.format_report(rep)
+    assert rep["stragglers"]["rank"].tolist() == [1], workbench.results.analysis.format_report(rep)
     if "comm_wait_s" in run.metrics():  # the fast rank spends its spare time waiting in the all-reduce
         waits = rep["breakdown"].set_index("rank")["comm_wait_s"]
         assert waits[0] > waits[1] + 0.005

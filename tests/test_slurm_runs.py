@@ -11,7 +11,7 @@ import pytest
 import workbench
 from tests.tasks_for_tests import failing_at, slow
 from workbench.config import JobConfig
-from workbench.configtypes import ConfigError
+from workbench.errors import ConfigError
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(400)]
 
@@ -183,7 +183,7 @@ def test_a_hung_rank_on_slurm_is_lost_and_its_job_ends_by_itself(slurm_cluster, 
     import signal
 
     from tests.lifecycle import assert_nothing_left, report, wait_for_step, wait_until
-    from workbench.rundir import read_json
+    from workbench.runfolder.layout import read_json
 
     cfg = _cfg(tmp_path, slurm_cluster, 2, 1, max_steps=100000, checkpoint_every_steps=10)
     cfg = cfg.replace(dist__timeout_s=600)

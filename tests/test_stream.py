@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workbench.records import DamagedFileWarning
-from workbench.stream import JsonlTail, JsonlWriter, RankFrames
+from workbench.errors import DamagedFileWarning
+from workbench.runfolder.reader import JsonlTail, RankFrames
+from workbench.runfolder.writer import JsonlWriter
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -84,7 +85,7 @@ def test_rank_frames_columns_and_frame_match_plain_pandas(tmp_path_factory, chun
     same records: the newest row per (rank, step), thinned per rank, sorted by step then rank."""
     import pandas as pd
 
-    from workbench.plots import thin
+    from workbench.runfolder.reader import thin
 
     folder = tmp_path_factory.mktemp("metrics")
     frames, written, next_step = RankFrames(folder), {}, {0: 1, 1: 1, 2: 1}

@@ -7,7 +7,7 @@ import pytest
 
 import workbench
 from workbench.config import JobConfig
-from workbench.launch.run import RunFailed
+from workbench.errors import RunFailed
 
 pytestmark = [pytest.mark.ddp, pytest.mark.timeout(180)]
 

@@ -20,7 +20,7 @@ from workbench.engine.env import DistEnv
 from workbench.engine.monitor import RankMonitor
 from workbench.engine.tasks import Task, model_loss
 from workbench.engine.trainer import Trainer
-from workbench.rundir import RunDir
+from workbench.runfolder.layout import RunDir
 
 pytestmark = pytest.mark.timeout(180)
 

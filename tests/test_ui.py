@@ -19,7 +19,7 @@ import pytest
 import workbench
 from tests.tasks_for_tests import failing_at
 from workbench.config import JobConfig
-from workbench.configtypes import ConfigError
+from workbench.errors import ConfigError
 from workbench.launch.status import RankStatus, RunStatus
 from workbench.ui import ConfigForm, Dashboard, ScalingView, Workbench
 from workbench.ui.state import dashboard_state, format_eta
@@ -208,7 +208,7 @@ def test_dashboard_state_progress_eta_and_badges_from_plain_data():
 def test_live_figure_redraws_only_the_data_while_it_fits_and_keeps_a_users_zoom():
     import numpy as np
 
-    from workbench.plots import PlotOptions, envelope
+    from workbench.results.plots import PlotOptions, envelope
     from workbench.ui.render import LiveFigure
 
     def frame(steps: int, spike: float = 0.0) -> pd.DataFrame:
@@ -322,8 +322,8 @@ def test_without_ipywidgets_ui_import_says_how_to_install_and_plot_still_works(t
         sys.modules["ipywidgets"] = None  # as if it were not installed
         from pathlib import Path
         from workbench.launch.run import Run
-        from workbench.rundir import RunDir, write_json_atomic
-        from workbench.stream import JsonlWriter
+        from workbench.runfolder.layout import RunDir, write_json_atomic
+        from workbench.runfolder.writer import JsonlWriter
 
         run_dir = RunDir(Path({str(tmp_path / "run")!r})).create()
         write_json_atomic(run_dir.meta, {{"world_size": 2}})

@@ -12,7 +12,7 @@ from workbench.engine.monitor import RankMonitor
 from workbench.engine.tasks import build_task
 from workbench.engine.userframes import HIDDEN_NOTE
 from workbench.launch.run import Run
-from workbench.rundir import RunDir
+from workbench.runfolder.layout import RunDir
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -57,7 +57,7 @@ def test_an_error_in_the_factory_shows_the_users_frames(tmp_path, monkeypatch):
      "TypeError: task factory tests.tasks_for_tests.wrong_return returned int; return workbench.Task(model=..., "
      "train_dataset=..., loss_fn=...) or a dict with those keys"),
     ({"name": "synthetic", "options": {"n_train": 8}},
-     "workbench.configtypes.ConfigError: train.micro_batch_size: the training set has 8 samples but one "
+     "workbench.config.types.ConfigError: train.micro_batch_size: the training set has 8 samples but one "
      "optimizer step needs 16 (micro_batch_size x grad_accum_steps x world_size); lower micro_batch_size or "
      "grad_accum_steps, or use fewer ranks"),
 ])

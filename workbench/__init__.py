@@ -6,47 +6,53 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from workbench.config import ConfigFileError, JobConfig
-from workbench.configtypes import ConfigError
-from workbench.scaling import scaling_table
+from workbench.config.scaling import scaling_table
+from workbench.config.sections import JobConfig
+from workbench.errors import (
+    ConfigError,
+    ConfigFileError,
+    DamagedFileWarning,
+    RunFailed,
+    RunFolderError,
+    SubmitError,
+)
 
 __version__ = "0.1.0"
 
 _LAZY = {
     "submit": "workbench.launch.submit",
     "Run": "workbench.launch.run",
-    "RunFailed": "workbench.launch.run",
-    "RunFolderError": "workbench.launch.run",
     "Task": "workbench.engine.tasks",
     "log": "workbench.engine.script",
     "submit_script": "workbench.launch.submit",
     "submit_fn": "workbench.launch.submit",
     "Pool": "workbench.launch.pool",
     "pools": "workbench.launch.pool",
-    "presets": "workbench.presets",
-    "benchmark_scaling": "workbench.scaling_bench",
-    "analysis": "workbench.analysis",
-    "runs": "workbench.history",
-    "compare": "workbench.history",
-    "config_diff": "workbench.history",
+    "presets": "workbench.config.presets",
+    "benchmark_scaling": "workbench.launch.scaling_bench",
+    "analysis": "workbench.results.analysis",
+    "runs": "workbench.results.history",
+    "compare": "workbench.results.history",
+    "config_diff": "workbench.results.history",
 }
 _MODULES = ("presets", "analysis")
 
-__all__ = ["JobConfig", "ConfigError", "ConfigFileError", "scaling_table", *_LAZY]
+__all__ = ["JobConfig", "ConfigError", "ConfigFileError", "RunFolderError", "RunFailed", "SubmitError",
+           "DamagedFileWarning", "scaling_table", *_LAZY]
 
 if TYPE_CHECKING:
     from workbench.engine.script import log
     from workbench.engine.tasks import Task
-    from workbench.history import compare, config_diff, runs
     from workbench.launch.pool import Pool, pools
-    from workbench.launch.run import Run, RunFailed, RunFolderError
+    from workbench.launch.run import Run
+    from workbench.launch.scaling_bench import benchmark_scaling
     from workbench.launch.submit import submit, submit_fn, submit_script
-    from workbench.scaling_bench import benchmark_scaling
+    from workbench.results.history import compare, config_diff, runs
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """`%load_ext workbench`: the %%ranks cell magic (workbench.magic)."""
-    from workbench.magic import load_ipython_extension as load
+    """`%load_ext workbench`: the %%ranks cell magic (workbench.ui.magic)."""
+    from workbench.ui.magic import load_ipython_extension as load
 
     load(ipython)
 

@@ -32,11 +32,11 @@ from workbench.engine.monitor import PEER_FAILED_EXIT_CODE, node_name
 from workbench.engine.preempt import SIGNAL as PREEMPT_SIGNAL
 from workbench.engine.rendezvous import RankContract, attempt, publish_port
 from workbench.engine.worker import ATTEMPT_ENV, REQUEUE_EXIT_CODE
-from workbench.failures import error_record, last_traceback, reserve_error_space, write_error
 from workbench.proctree import KILL_AFTER_S, Proc, end, parent_death_signal, signal_name
-from workbench.rankstate import HEARTBEAT_S, killed_message
-from workbench.rundir import RunDir, read_json, write_json_atomic
-from workbench.stream import JsonlWriter
+from workbench.runfolder.failures import error_record, last_traceback, reserve_error_space, write_error
+from workbench.runfolder.layout import RunDir, read_json, write_json_atomic
+from workbench.runfolder.rankstate import HEARTBEAT_S, killed_message
+from workbench.runfolder.writer import JsonlWriter
 
 POLL_S = 0.1
 PEER_EXIT_GRACE_S = 2 * HEARTBEAT_S + 2

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 
-from workbench.failures import disk_full_cause, disk_full_error
-from workbench.private import make_dirs, open_private
-from workbench.rundir import RunDir
+from workbench.runfolder.failures import disk_full_cause, disk_full_error
+from workbench.runfolder.layout import RunDir
+from workbench.runfolder.private import make_dirs, open_private
 
 if TYPE_CHECKING:
     from workbench.engine.monitor import RankMonitor

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
-from workbench.config import DataConfig
+from workbench.config.sections import DataConfig
 
 
 class ResumableSampler(DistributedSampler):

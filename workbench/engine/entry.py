@@ -16,8 +16,8 @@ import submitit
 
 from workbench.engine.monitor import announce_starting
 from workbench.engine.rendezvous import RankContract, attempt
-from workbench.private import UMASK
-from workbench.rundir import RunDir
+from workbench.runfolder.layout import RunDir
+from workbench.runfolder.private import UMASK
 
 
 def _announce(run_dir: str) -> None:

@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 from workbench.engine.env import DistEnv
 from workbench.engine.monitor import RankMonitor
-from workbench.stragglers import slower_than_others
+from workbench.runfolder.stragglers import slower_than_others
 
 # Updated in every rank's own forward pass (BatchNorm statistics): legitimately rank-local.
 RANK_LOCAL_BUFFERS = ("running_mean", "running_var", "num_batches_tracked")

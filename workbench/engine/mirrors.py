@@ -12,24 +12,11 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from workbench.runfolder.records import scalars
+
 if TYPE_CHECKING:
-    from workbench.config import JobConfig
-    from workbench.rundir import RunDir
-
-NOT_SCALARS = {"rank", "step", "epoch", "time", "attempt"}
-"""Record fields that are not metrics (they index them)."""
-
-
-def scalars(record: dict[str, Any]) -> dict[str, float]:
-    """The record's metrics: numeric fields other than rank, step, epoch, time, attempt (NaN dropped)."""
-    out = {}
-    for key, value in record.items():
-        if key in NOT_SCALARS or isinstance(value, bool) or not isinstance(value, (int, float)):
-            continue
-        if value == value:
-            out[key] = float(value)
-    return out
-
+    from workbench.config.sections import JobConfig
+    from workbench.runfolder.layout import RunDir
 
 class TensorBoardMirror:
     name = "log.tensorboard"
@@ -72,7 +59,7 @@ class MlflowMirror:
     def __init__(self, cfg: JobConfig, run: RunDir, rank: int):
         from mlflow.tracking import MlflowClient
 
-        from workbench.history import flatten
+        from workbench.config.sections import flatten
 
         self.client = MlflowClient(tracking_uri=cfg.log.mlflow_tracking_uri or None)
         found = self.client.get_experiment_by_name(cfg.log.mlflow_experiment)

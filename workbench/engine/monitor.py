@@ -23,11 +23,11 @@ from typing import Any
 
 from workbench.engine.mirrors import NoMirrors
 from workbench.engine.userframes import user_traceback
-from workbench.failures import describe, error_record, write_error
-from workbench.private import make_dirs, open_private
-from workbench.rankstate import ACTIVE, HEARTBEAT_S, LOST_AFTER_S, lost_message
-from workbench.rundir import RunDir, write_json_atomic
-from workbench.stream import JsonlWriter
+from workbench.runfolder.failures import describe, error_record, write_error
+from workbench.runfolder.layout import RunDir, write_json_atomic
+from workbench.runfolder.private import make_dirs, open_private
+from workbench.runfolder.rankstate import ACTIVE, HEARTBEAT_S, LOST_AFTER_S, lost_message
+from workbench.runfolder.writer import JsonlWriter
 
 PEER_FAILED_EXIT_CODE = 75
 BUSY_CPU_FRACTION = 0.05
@@ -114,7 +114,7 @@ class RankMonitor:
     def fail(self, exc: BaseException) -> None:
         """Record this rank's exception and traceback (error file, event, status): the user's frames
         first (traceback_full has them all); a full disk is named as such, and recorded even then
-        (workbench.failures.write_error)."""
+        (workbench.runfolder.failures.write_error)."""
         full = "".join(traceback.format_exception(exc))
         kind, message = describe(exc)
         write_error(self.run, self.rank, error_record(self.rank, kind, _clip(message), _clip(user_traceback(exc)),

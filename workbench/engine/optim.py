@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from workbench.config import TrainConfig
+from workbench.config.sections import TrainConfig
 
 
 def build_optimizer(model: torch.nn.Module, cfg: TrainConfig, lr: float) -> torch.optim.Optimizer:

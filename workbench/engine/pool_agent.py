@@ -28,9 +28,9 @@ from workbench.engine.agent import PEER_EXIT_GRACE_S, POLL_S, RankAgent, _stderr
 from workbench.engine.monitor import PEER_FAILED_EXIT_CODE
 from workbench.engine.rendezvous import RankContract, free_port
 from workbench.engine.warm import GENERATION_ENV, NEXT_JOB_ENV
-from workbench.private import UMASK
 from workbench.proctree import Proc, end, parent_death_signal
-from workbench.rundir import PoolDir, RunDir, read_json, write_json_atomic
+from workbench.runfolder.layout import PoolDir, RunDir, read_json, write_json_atomic
+from workbench.runfolder.private import UMASK
 
 DEFAULT_IDLE_TIMEOUT_S = 1800.0
 MAX_FAILED_STARTS = 3

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.engine.env import DistEnv, export_torchelastic
-from workbench.rundir import RunDir, read_json, write_json_atomic
+from workbench.runfolder.layout import RunDir, read_json, write_json_atomic
 
 
 @dataclass

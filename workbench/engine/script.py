@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.engine.monitor import RankMonitor
-from workbench.private import write_atomic
-from workbench.rundir import RunDir, write_json_atomic
+from workbench.runfolder.layout import RunDir, write_json_atomic
+from workbench.runfolder.private import write_atomic
 
 RUN_DIR_ENV = "WORKBENCH_RUN_DIR"
 _writer: Any = None
@@ -38,7 +38,7 @@ def log(step: int, **metrics: Any) -> None:
         return
     rank = int(os.environ.get("RANK", "0"))
     if _writer is None or _writer.path != RunDir(run_dir).metrics(rank):
-        from workbench.stream import JsonlWriter
+        from workbench.runfolder.writer import JsonlWriter
 
         _writer = JsonlWriter(RunDir(run_dir).metrics(rank))
     values = {k: (v.item() if hasattr(v, "item") else v) for k, v in metrics.items()}

@@ -13,13 +13,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from workbench.rundir import RunDir
+from workbench.config.tasknames import BUILTINS, task_name_problem
 
-BUILTINS = {
-    "synthetic": "workbench.engine.builtin_tasks:synthetic_classification",
-    "charlm": "workbench.engine.builtin_tasks:char_lm",
-}
+if TYPE_CHECKING:
+    from workbench.runfolder.layout import RunDir
+
 
 
 @dataclass
@@ -85,23 +83,6 @@ def _batch_size(batch: Mapping[str, Any]) -> int:
         if shape:
             return int(shape[0])
     raise TypeError("a dict batch needs at least one tensor with a batch dimension")
-
-
-def task_name_problem(name: str) -> str | None:
-    """Why `name` cannot name a task (None when it looks usable); imports nothing."""
-    if name in BUILTINS or name.startswith("<"):
-        return None
-    module, sep, attr = name.partition(":")
-    if not sep or not module or not attr.isidentifier():
-        return (f"unknown task {name!r}; use a built-in ({', '.join(BUILTINS)}) "
-                "or a factory as package.module:function")
-    try:
-        found = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        found = None
-    if found is None:
-        return f"module {module!r} is not importable; install it or add it to PYTHONPATH"
-    return None
 
 
 def resolve_factory(name: str) -> Callable[..., Any]:

@@ -13,9 +13,9 @@ import sys
 
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from workbench.config import JobConfig
-from workbench.provenance import submit_provenance
-from workbench.rundir import RunDir, default_run_dir, safe_name
+from workbench.config.sections import JobConfig
+from workbench.runfolder.layout import RunDir, default_run_dir, safe_name
+from workbench.runfolder.provenance import submit_provenance
 
 
 @record  # a failure writes torchrun's error file: torchrun prints this rank's traceback

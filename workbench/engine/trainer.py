@@ -22,8 +22,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from workbench.config import JobConfig
-from workbench.configtypes import ConfigError
+from workbench.config.scaling import describe_change, effective_batch, scaled
+from workbench.config.sections import JobConfig
 from workbench.engine.checkpoint import checkpoint_writer, gather_rng_states, load_latest, set_rng_state
 from workbench.engine.commtiming import attach as attach_comm_timer
 from workbench.engine.data import eval_loader, resumable_sampler, start_epoch, to_device, train_loader
@@ -34,8 +34,8 @@ from workbench.engine.optim import build_optimizer, build_scheduler
 from workbench.engine.preempt import PreemptionFlag
 from workbench.engine.steplog import StepLogger
 from workbench.engine.tasks import Task, forward_loss
-from workbench.rundir import RunDir
-from workbench.scaling import describe_change, effective_batch, scaled
+from workbench.errors import ConfigError
+from workbench.runfolder.layout import RunDir
 
 # A preemption signal is shared across ranks on logged steps, and at least this often.
 STOP_CHECK_EVERY_STEPS = 10

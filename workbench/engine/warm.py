@@ -39,7 +39,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from workbench.engine.worker import Terminated, _terminate, run_job
-from workbench.rundir import PoolDir, RunDir, read_json, write_json_atomic
+from workbench.runfolder.layout import PoolDir, RunDir, read_json, write_json_atomic
 
 NEXT_JOB_ENV = "WORKBENCH_POOL_NEXT_JOB"
 GENERATION_ENV = "WORKBENCH_POOL_GENERATION"
@@ -217,7 +217,7 @@ def _user_module(module: Any) -> bool:
 @contextlib.contextmanager
 def output_to(run: RunDir, tag: str, rank: int) -> Iterator[None]:
     """This process's stdout and stderr (file descriptors 1 and 2) into the run's log files."""
-    from workbench.private import open_private
+    from workbench.runfolder.private import open_private
 
     run.logs.mkdir(parents=True, exist_ok=True)
     sys.stdout.flush()

@@ -60,9 +60,9 @@ def run_job(run_dir: str, attempt: int = 0, exit_after_engine: bool = False) -> 
     if isinstance(work, FnJob):
         run_fn_rank(work, run_dir, rank, attempt)
         return 0
-    from workbench.config import JobConfig
+    from workbench.config.sections import JobConfig
     from workbench.engine.rank import run_rank
-    from workbench.rundir import RunDir
+    from workbench.runfolder.layout import RunDir
 
     summary = run_rank(JobConfig.from_yaml(RunDir(run_dir).config), run_dir, None, attempt)
     code = REQUEUE_EXIT_CODE if summary.get("stop_reason") == "preempted" else 0
@@ -90,7 +90,7 @@ def _peek_work(run_dir: str) -> object:
     """What task.pkl holds (a script, a function, or a task factory), or None.  A factory that does
     not unpickle here is unpickled again inside the engine's own reporting, which records the error."""
     from workbench.engine.tasks import load_task_factory
-    from workbench.rundir import RunDir
+    from workbench.runfolder.layout import RunDir
 
     try:
         return load_task_factory(RunDir(run_dir))

@@ -12,13 +12,13 @@ from typing import Any
 import submitit
 import submitit.local.local
 
-from workbench.config import JobConfig
-from workbench.devices import parse_visible_devices, visible_gpu_count
+from workbench.config.devices import parse_visible_devices, visible_gpu_count
+from workbench.config.sections import JobConfig
+from workbench.config.validate import parse_time_limit
 from workbench.engine.rendezvous import RankContract, free_port
 from workbench.launch.local_controller import RUN_DIR_ENV
 from workbench.proctree import parent_death_signal
-from workbench.rundir import RunDir
-from workbench.validate import parse_time_limit
+from workbench.runfolder.layout import RunDir
 
 
 def make_executor(cfg: JobConfig, run: RunDir, stop_with_caller: bool = False,

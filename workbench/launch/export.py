@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from workbench.config import JobConfig
+from workbench.config.sections import JobConfig
 from workbench.launch.executors import slurm_parameters
 
 RDZV_PORT = 29500

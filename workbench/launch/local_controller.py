@@ -22,7 +22,7 @@ from submitit.local import local as submitit_local
 
 from workbench.engine.rendezvous import REQUEUES_ENV
 from workbench.proctree import KILL_AFTER_S, Proc, end
-from workbench.rundir import RunDir
+from workbench.runfolder.layout import RunDir
 
 RUN_DIR_ENV = "WORKBENCH_RUN_DIR"
 STOP_GRACE_S = KILL_AFTER_S + 5.0

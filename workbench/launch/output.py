@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from workbench.rundir import RunDir
+from workbench.runfolder.layout import RunDir
 
 LAUNCHER_LINE = re.compile(r"^submitit (INFO|DEBUG) \(")
 """submitit's own bookkeeping lines ("Starting with JobEnvironment", "Loading pickle"): not the user's."""
@@ -26,7 +26,7 @@ def shown_streams(world_size: int, spec: str | None = None) -> dict[int, tuple[s
         return {r: both for r in range(world_size)}
     if spec == "none":
         return {}
-    from workbench.configtypes import ConfigError
+    from workbench.errors import ConfigError
 
     try:
         ranks = {int(part) for part in spec.split(",") if part.strip()}

@@ -3,7 +3,7 @@ runs jobs in them one after another, with the same run folders and Run handles a
 
 The pool is one submitit job (local, or one SLURM allocation) whose per-rank callable is a pool
 agent (workbench.engine.pool_agent) owning a warm worker (workbench.engine.warm).  Its folder
-(workbench.rundir.PoolDir, <run_root>/pools/<name>/) is the channel: a job is a file naming its
+(workbench.runfolder.layout.PoolDir, <run_root>/pools/<name>/) is the channel: a job is a file naming its
 prepared run folder (made by the one submit pipeline, workbench.launch.submit._start), or a cell
 of code (%%ranks, `run_cell`).
 
@@ -19,16 +19,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from workbench.config import JobConfig
-from workbench.configtypes import ConfigError
+from workbench.config.sections import JobConfig
 from workbench.engine.pool_agent import DEFAULT_IDLE_TIMEOUT_S, PoolEntry
+from workbench.errors import ConfigError, SubmitError
 from workbench.launch.executors import make_executor
 from workbench.launch.pooljob import PoolJob, pool_alive
 from workbench.launch.run import Run
-from workbench.launch.submit import SubmitError, _start, check_before_submit, engine_work, fn_work, script_work
-from workbench.private import private_umask
+from workbench.launch.submit import _start, check_before_submit, engine_work, fn_work, script_work
 from workbench.proctree import Proc, end, wait_gone
-from workbench.rundir import PoolDir, RunDir, pool_dir, pools_under, read_json, safe_name, write_json_atomic
+from workbench.runfolder.layout import PoolDir, RunDir, pool_dir, pools_under, read_json, safe_name, write_json_atomic
+from workbench.runfolder.private import private_umask
 
 CLOSE_GRACE_S = 15.0
 """close(): the agents end their workers and exit by themselves within this; then the rest is killed."""

@@ -1,5 +1,5 @@
 """A job run by a warm pool, seen from the submitting side: what the Run handle asks a submitit
-job (done, state, cancel), answered from the pool folder (workbench.rundir.PoolDir)."""
+job (done, state, cancel), answered from the pool folder (workbench.runfolder.layout.PoolDir)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from workbench.private import write_atomic
 from workbench.proctree import Proc
-from workbench.rundir import PoolDir, read_json
+from workbench.runfolder.layout import PoolDir, read_json
+from workbench.runfolder.private import write_atomic
 
 
 class PoolJob:

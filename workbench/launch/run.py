@@ -12,17 +12,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from workbench.config import JobConfig
-from workbench.configtypes import ConfigError, shown
-from workbench.failures import last_traceback
+from workbench.config.sections import JobConfig
+from workbench.config.types import shown
+from workbench.errors import ConfigError, RunFailed, RunFolderError
 from workbench.launch.pooljob import PoolJob
 from workbench.launch.status import RunStatus, run_status
 from workbench.proctree import Proc, end
-from workbench.rankstate import LOST_AFTER_S, lost_message
-from workbench.records import EVENT, warn_damaged
-from workbench.rundir import RunDir, read_json
-from workbench.runevents import EventSummary
-from workbench.stream import MultiTail, RankFrames
+from workbench.runfolder.events import EventSummary
+from workbench.runfolder.failures import last_traceback
+from workbench.runfolder.layout import RunDir, read_json
+from workbench.runfolder.rankstate import LOST_AFTER_S, lost_message
+from workbench.runfolder.reader import MultiTail, RankFrames
+from workbench.runfolder.records import EVENT, warn_damaged
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -38,23 +39,6 @@ STRAGGLERS_LIVE_EVERY_S = 15.0
 
 MAX_WORLD_SIZE = 1 << 16
 """The most ranks a run folder is read for (a damaged run.json must not make a reader loop for ever)."""
-
-
-class RunFolderError(ConfigError, FileNotFoundError):
-    """A path given as a run folder is not one (missing, or without a readable run.json).  A
-    ConfigError whose message is one line naming the folder and the fix; also a FileNotFoundError."""
-
-    def __init__(self, message: str):
-        ConfigError.__init__(self, [message])
-
-
-class RunFailed(RuntimeError):
-    """The run failed; `failure` names the rank and carries its traceback."""
-
-    def __init__(self, failure: RankFailure | None, run_dir: Path):
-        self.failure = failure
-        what = str(failure) if failure else "the job ended without a result"
-        super().__init__(f"run {run_dir} failed: {what}")
 
 
 @dataclass
@@ -205,7 +189,7 @@ class Run:
         read incrementally.  After a requeue, steps trained again keep the newest attempt's row.
         `time` stays Unix seconds; `wall_time` is it as a datetime (UTC), `elapsed_s` the seconds
         since the run folder was made and `samples` the samples seen (step x effective batch)."""
-        from workbench.metricview import add_derived
+        from workbench.results.metricview import add_derived
 
         self.metric_frames.poll()
         key = (self.metric_frames.version, max_points)
@@ -229,7 +213,7 @@ class Run:
         return t.micro_batch_size * t.grad_accum_steps * self.world_size
 
     def events(self) -> pd.DataFrame:
-        from workbench.stream import to_frame
+        from workbench.runfolder.reader import to_frame
 
         self.event_summary()
         return to_frame(self._events.records, ("time",))
@@ -326,12 +310,12 @@ class Run:
 
     def stragglers(self, max_age_s: float = 0.0) -> pd.DataFrame:
         """Ranks whose own work per step exceeds the others' median by more than
-        dist.straggler_threshold (workbench.analysis.stragglers over every logged step): the one
+        dist.straggler_threshold (workbench.results.analysis.stragglers over every logged step): the one
         verdict the dashboard's health line, `workbench show` and the report give.  A live view may
         accept a verdict up to `max_age_s` old, computed over 2,000 evenly spaced steps per rank (all
         records are costly on a long, wide run); a finished run's verdict is always computed over all
         of its records."""
-        from workbench.analysis import stragglers
+        from workbench.results.analysis import stragglers
 
         self.metric_frames.poll()
         version = self.metric_frames.version
@@ -356,7 +340,7 @@ class Run:
     def evals(self) -> pd.DataFrame:
         """The validation results (eval events: step, time, val_loss, val_<metric>, ...), with the
         metrics' elapsed_s and samples columns."""
-        from workbench.metricview import add_derived
+        from workbench.results.metricview import add_derived
 
         events = self.events()
         if not len(events) or "event" not in events:
@@ -373,20 +357,20 @@ class Run:
             from workbench.ui.plotview import MetricsPlot
 
             return MetricsPlot(self, **options)
-        from workbench.plots import plot_run
+        from workbench.results.plots import plot_run
 
         return plot_run(self.metrics(), evals=self.evals(), **options)
 
     def to_tensorboard(self, logdir: str | Path) -> Path:
         """Every rank's scalars into `logdir`/rank{R} (TensorBoard event files), eval results into
-        rank0; `tensorboard --logdir LOGDIR` shows them (workbench.exporters)."""
-        from workbench.exporters import to_tensorboard
+        rank0; `tensorboard --logdir LOGDIR` shows them (workbench.results.exporters)."""
+        from workbench.results.exporters import to_tensorboard
 
         return to_tensorboard(self, logdir)
 
     def export_metrics(self, path: str | Path | None = None, format: str | None = None) -> Path:
         """Every rank's metrics as CSV or Parquet (by the file's suffix; default <run>/exports/metrics.csv)."""
-        from workbench.exporters import export_metrics
+        from workbench.results.exporters import export_metrics
 
         return export_metrics(self, path, format)
 
@@ -397,8 +381,8 @@ class Run:
 
     def report(self) -> dict[str, Any]:
         """Step time split (data, compute, communication) per rank, stragglers, memory imbalance and
-        what would help; workbench.analysis.format_report(run.report()) prints it."""
-        from workbench.analysis import report
+        what would help; workbench.results.analysis.format_report(run.report()) prints it."""
+        from workbench.results.analysis import report
 
         return report(self.metrics(), self._settings(), self.stragglers(), self.event_summary().check_counts())
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 
-from workbench.config import JobConfig
+from workbench.config.sections import JobConfig
 
 
 def slurm_problems(cfg: JobConfig) -> list[str]:

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from workbench.rankstate import ACTIVE, liveness
-from workbench.rundir import RunDir
+from workbench.runfolder.layout import RunDir
+from workbench.runfolder.rankstate import ACTIVE, liveness
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -33,7 +33,7 @@ or numpy arrays from RankFrames.columns, which makes no DataFrame)."""
 class RankStatus:
     rank: int
     state: str
-    """One of workbench.rankstate.RANK_STATES (pending, starting, running, finished, failed,
+    """One of workbench.runfolder.rankstate.RANK_STATES (pending, starting, running, finished, failed,
     aborted, interrupted, requeued, lost)."""
     step: int = 0
     """The last step this rank finished: its heartbeat's or its last logged record's, the later."""

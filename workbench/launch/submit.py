@@ -14,22 +14,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from workbench.config import JobConfig
-from workbench.configtypes import ConfigError
+from workbench.config.sections import JobConfig
 from workbench.engine.entry import RankEntry
 from workbench.engine.script import FnJob, ScriptJob
 from workbench.engine.tasks import factory_label
+from workbench.errors import ConfigError, SubmitError
 from workbench.launch.executors import make_executor
 from workbench.launch.run import Run, live_job
-from workbench.private import private_umask, write_atomic
 from workbench.proctree import Proc
-from workbench.provenance import submit_provenance
-from workbench.rundir import RunDir, default_run_dir, safe_name
-
-
-class SubmitError(RuntimeError):
-    """The run cannot start as asked (its folder is in use, its checkpoints cannot be read); the
-    message says what to do."""
+from workbench.runfolder.layout import RunDir, default_run_dir, safe_name
+from workbench.runfolder.private import private_umask, write_atomic
+from workbench.runfolder.provenance import submit_provenance
 
 
 def submit(cfg: JobConfig, task: Callable[..., Any] | None = None, run_dir: str | Path | None = None, *,

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
 
-from workbench.plots import rank_colour
+from workbench.results.plots import rank_colour
 from workbench.ui.plotview import MetricsPlot
 from workbench.ui.state import DashboardState, read_state
 
@@ -261,7 +261,7 @@ def health_html(health: dict[str, Any]) -> str:
 
 def report_html(run: Run) -> str:
     """The end-of-run report (time split, communication, stragglers, memory, advice), folded."""
-    from workbench.analysis import format_report
+    from workbench.results.analysis import format_report
 
     text = format_report(run.report())
     return (f"<details><summary>report: where the step time goes and what would help</summary>"

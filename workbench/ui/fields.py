@@ -16,8 +16,8 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Literal, Union
 
-from workbench.config import JobConfig
-from workbench.configtypes import yaml_load
+from workbench.config.sections import JobConfig
+from workbench.config.types import yaml_load
 
 # kind -> widget: choice -> Dropdown, bool -> Checkbox; int, float, text and yaml -> Text (an IntText would
 # turn a typed 2.5 into 25 and silently drop 'abc'; a Text is parsed strictly and says what is wrong).
@@ -137,7 +137,7 @@ def parse_int(spec: FieldSpec, text: str) -> tuple[Any, str | None]:
 
 
 def _parse_yaml(spec: FieldSpec, text: str) -> tuple[Any, str | None]:
-    from workbench.configyaml import YamlProblem
+    from workbench.config.yamlfile import YamlProblem
 
     try:
         return yaml_load(text), None  # the config loader: 1:30:00 stays text, 5e-5 is a number

@@ -9,8 +9,8 @@ from typing import Any
 
 import ipywidgets as w
 
-from workbench.config import JobConfig
-from workbench.configtypes import ConfigError
+from workbench.config.sections import JobConfig
+from workbench.errors import ConfigError
 from workbench.ui.fields import (
     FieldSpec,
     config_fields,

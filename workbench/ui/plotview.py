@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
 
-from workbench.metricview import X_AXES
-from workbench.plots import PANELS, PlotOptions
+from workbench.results.metricview import X_AXES
+from workbench.results.plots import PANELS, PlotOptions
 from workbench.ui.render import LiveFigure, nearest_point
 
 if TYPE_CHECKING:

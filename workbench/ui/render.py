@@ -1,6 +1,6 @@
 """A live matplotlib figure that is cheap to refresh: only the data is redrawn, over a cached background.
 
-The panels are drawn by ``workbench.plots`` (``draw_data`` + ``decorate``).  A full draw (axes,
+The panels are drawn by ``workbench.results.plots`` (``draw_data`` + ``decorate``).  A full draw (axes,
 ticks, titles, legends: text layout is most of matplotlib's cost) happens when the options or the
 legend change, or when new data leaves the axis limits (which get headroom); in between, each
 refresh removes the old data artists, draws the new ones over the cached background and blits.
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from workbench.plots import PANELS, PlotOptions, decorate, draw_data, theme_rc
+from workbench.results.plots import PANELS, PlotOptions, decorate, draw_data, theme_rc
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -117,7 +117,7 @@ class LiveFigure:
             return "lines"
 
     def _rebuild(self, frame: pd.DataFrame, evals: pd.DataFrame | None, opts: PlotOptions) -> str:
-        from workbench.plots import THEMES
+        from workbench.results.plots import THEMES
 
         self.opts = opts
         self.fig.clear()

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
 
-from workbench.history import runs
+from workbench.results.history import runs
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -89,7 +89,7 @@ class RunsView:
         return f"dashboard of {Path(self.selected[0]).name}"
 
     def compare(self) -> str:
-        from workbench.history import compare
+        from workbench.results.history import compare
 
         if len(self.selected) < 2:
             return "select two or more runs to compare"

@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as w
 import pandas as pd
 
-from workbench.configtypes import ConfigError
-from workbench.scaling import RULES, parse_world_sizes, scaling_table
+from workbench.config.scaling import RULES, parse_world_sizes, scaling_table
+from workbench.errors import ConfigError
 
 if TYPE_CHECKING:
-    from workbench.config import JobConfig
+    from workbench.config.sections import JobConfig
     from workbench.ui.form import ConfigForm
 
 RULE_CHOICES = [("rule from the config", "config"), *[(r, r) for r in RULES], ("compare all rules", "compare")]

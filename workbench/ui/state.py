@@ -23,7 +23,7 @@ BADGE_COLOURS = {
     "failed": "#c62828", "aborted": "#ad5700", "interrupted": "#ad5700", "requeued": "#6a1b9a",
     "lost": "#4a148c", "restarting": "#6a1b9a",
 }
-"""A colour for every state in workbench.rankstate.RANK_STATES (white text on each reads at >= 4.5:1)."""
+"""A colour for every state in workbench.runfolder.rankstate.RANK_STATES (white text on each reads at >= 4.5:1)."""
 
 
 @dataclass

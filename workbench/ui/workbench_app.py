@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
 
-from workbench.configtypes import ConfigError
+from workbench.errors import ConfigError
 from workbench.ui.dashboard import Dashboard
 from workbench.ui.form import ConfigForm
 from workbench.ui.scaling_view import ScalingView
 
 if TYPE_CHECKING:
-    from workbench.config import JobConfig
+    from workbench.config.sections import JobConfig
     from workbench.launch.pool import Pool
     from workbench.launch.run import Run
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from workbench.config import JobConfig
+    from workbench.config.sections import JobConfig
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 MAX_NAME = 100
@@ -93,7 +93,7 @@ def target_gpus(cfg: JobConfig) -> int:
     """GPUs per node where the ranks will run: SLURM's gpus_per_node, else this machine's."""
     if cfg.launch.executor == "slurm":
         return cfg.launch.slurm.gpus_per_node
-    from workbench.devices import visible_gpu_count
+    from workbench.config.devices import visible_gpu_count
 
     return visible_gpu_count()
 
@@ -275,7 +275,7 @@ _CROSS_RULES: list[Rule] = [Rule(("dist.nodes", "launch.executor"), _local_runs_
 
 
 def _task(cfg: JobConfig) -> list[str]:
-    from workbench.engine.tasks import task_name_problem  # may probe the module with find_spec
+    from workbench.config.tasknames import task_name_problem  # may probe the module with find_spec
 
     problem = task_name_problem(cfg.task.name)
     return [f"task.name: {problem}"] if problem else []
@@ -351,6 +351,6 @@ def _run_root_writable(cfg: JobConfig) -> list[str]:
 
 
 def _xpu_available() -> bool:
-    from workbench.devices import visible_xpu_count
+    from workbench.config.devices import visible_xpu_count
 
     return visible_xpu_count() > 0

@@ -1,62 +1,29 @@
-"""Per-rank JSON-lines records: a writer that flushes each record, and an offset-based tail reader.
+"""Reading per-rank JSON-lines records (the writer is workbench.runfolder.writer): an offset-based tail reader.
 
 The reader keeps a byte offset per file and only parses complete lines, so a record that is being
 written (a partial last line) is read on the next poll instead of being lost or half-parsed.  What
-a line must hold to be a record, and what happens to one that does not, is workbench.records.
+a line must hold to be a record, and what happens to one that does not, is workbench.runfolder.records.
 """
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from workbench.private import make_dirs, open_private
-from workbench.records import ANY_OBJECT, MAX_LINE_BYTES, METRIC, Schema, parse_line, warn_damaged
-from workbench.rundir import rank_of
+from workbench.runfolder.layout import rank_of
+from workbench.runfolder.records import ANY_OBJECT, MAX_LINE_BYTES, METRIC, Schema, parse_line, warn_damaged
 
 if TYPE_CHECKING:
     import pandas as pd
-
-
-class JsonlWriter:
-    """Append one flat JSON object per line; each line is flushed when written."""
-
-    def __init__(self, path: Path):
-        make_dirs(path.parent)
-        self.path = path
-        self._fh = open_private(path, "a", buffering=1)  # open for the writer's life; line-buffered
-        if self._fh.tell() and not _ends_with_newline(path):
-            self._fh.write("\n")  # an earlier attempt died mid-line: keep our first record whole
-        self._lock = threading.Lock()  # the heartbeat thread writes events too: whole lines only
-
-    def write(self, record: dict[str, Any]) -> None:
-        line = json.dumps(record, default=float) + "\n"
-        with self._lock:
-            if not self._fh.closed:
-                try:
-                    self._fh.write(line)
-                except OSError as exc:  # name the file: a full disk says where
-                    raise OSError(exc.errno, exc.strerror, str(self.path)) from exc
-
-    def close(self) -> None:
-        with self._lock:
-            self._fh.close()
-
-
-def _ends_with_newline(path: Path) -> bool:
-    with open(path, "rb") as fh:
-        fh.seek(-1, 2)
-        return fh.read(1) == b"\n"
 
 
 class JsonlTail:
     """Incremental reader of one JSONL file by byte offset; cannot be broken by what the file holds.
 
     Each poll reads what was appended since the last one, in chunks of at most `CHUNK_BYTES`: every
-    complete line is parsed and cleaned by `schema` (workbench.records; None: any JSON object),
+    complete line is parsed and cleaned by `schema` (workbench.runfolder.records; None: any JSON object),
     a damaged line is skipped, counted in `skipped` and named in one DamagedFileWarning per poll.
     The offset moves only past complete lines, so a line being written (a partial last line) is
     read whole on a later poll, and each record is returned exactly once whatever the poll schedule.
@@ -197,15 +164,13 @@ class FrameMap(Mapping[int, "pd.DataFrame"]):
         store = self._stores.get(rank)
         if store is None:
             return None
-        from workbench.plots import thin_slice
-
         rows = thin_slice(store.n, max_points)
         return {c: a[rows] for c, a in store.arrays.items()}
 
 
 class RankFrames:
     """One growing DataFrame per rank of a folder of rank{R}.jsonl metrics files (records cleaned by
-    workbench.records.METRIC); a poll reads only what was appended.  When a requeued attempt trains
+    workbench.runfolder.records.METRIC); a poll reads only what was appended.  When a requeued attempt trains
     steps again, the newest attempt's rows win."""
 
     def __init__(self, folder: Path):
@@ -255,8 +220,6 @@ class RankFrames:
         """Every rank's rows (at most max_points per rank, evenly spaced), sorted by step then rank."""
         import numpy as np
         import pandas as pd
-
-        from workbench.plots import thin
 
         with self._lock:
             ranks = list(self.frames)
@@ -352,3 +315,17 @@ def to_frame(records: list[dict[str, Any]], sort_by: Iterable[str] = ()) -> pd.D
     if keys and len(frame):
         frame = frame.sort_values(keys, kind="stable").reset_index(drop=True)
     return frame
+
+
+def thin_slice(n: int, max_points: int | None) -> slice:
+    """The rows of n to keep: at most max_points evenly spaced, always with the last (all when
+    max_points is None or 0)."""
+    if not max_points or n <= max_points:
+        return slice(0, n)
+    stride = -(-n // max_points)
+    return slice((n - 1) % stride, n, stride)
+
+
+def thin(frame: pd.DataFrame, max_points: int) -> pd.DataFrame:
+    """At most max_points evenly spaced rows of one rank's frame, always with the last."""
+    return frame.iloc[thin_slice(len(frame), max_points)]  # a slice (no copy) that ends on the last row

@@ -34,7 +34,7 @@ def load_ipython_extension(ipython: Any) -> None:
 
 
 def find_pool(name: str, namespace: dict[str, Any]) -> Any:
-    from workbench.configtypes import ConfigError
+    from workbench.errors import ConfigError
     from workbench.launch.pool import Pool, last_pool
 
     if name:

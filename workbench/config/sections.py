@@ -3,7 +3,7 @@
 Every field has a docstring (the string literal under it); the widgets form and the CLI's help read
 them from here.  A config is valid by construction: building one -- ``JobConfig(...)``, a section such
 as ``TrainConfig(...)``, ``from_dict``, ``from_yaml``, ``replace``, ``with_overrides`` -- checks the
-types and values of every field (`workbench.validate` says which checks run when) and raises one
+types and values of every field (`workbench.config.validate` says which checks run when) and raises one
 ConfigError listing every problem, each naming the field and the fix.  A built config cannot be
 changed in place; derive a new one with ``replace`` or ``with_overrides``.  What only the target
 machine can tell (GPUs, an importable task) is checked by ``problems()`` / ``check()``, at submit
@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from workbench import validate
-from workbench.configtypes import (
+from workbench.config import validate
+from workbench.config.types import (
     ConfigError,
     _short,
     coerce,
@@ -34,6 +34,7 @@ from workbench.configtypes import (
     unknown_key_message,
     yaml_load,
 )
+from workbench.errors import ConfigFileError
 
 Backend = Literal["auto", "nccl", "gloo", "xccl", "ccl"]
 Precision = Literal["fp32", "bf16", "fp16"]
@@ -301,10 +302,10 @@ class JobConfig:
     @classmethod
     def from_yaml(cls, source: str | Path) -> JobConfig:
         """Load from a config file (a Path, or a str naming an existing file, whatever its extension)
-        or from YAML text (safe and bounded: workbench.configyaml).  Raises ConfigError like
+        or from YAML text (safe and bounded: workbench.config.yamlfile).  Raises ConfigError like
         from_dict; a file that cannot be a config (missing, empty, binary, a folder, too large)
         gives one line naming the file and the fix."""
-        from workbench.configyaml import YamlProblem
+        from workbench.config.yamlfile import YamlProblem
 
         path = _as_path(source)
         where = f"{shown(path)}: " if path is not None else "YAML: "
@@ -323,7 +324,7 @@ class JobConfig:
 
     def with_overrides(self, assignments: list[str]) -> JobConfig:
         """Return a copy with "section.field=value" assignments applied (values parsed as YAML)."""
-        from workbench.configtypes import apply_overrides
+        from workbench.config.types import apply_overrides
 
         return JobConfig.from_dict(apply_overrides(self.to_dict(), assignments))
 
@@ -386,7 +387,7 @@ def _as_path(source: str | Path) -> Path | None:
 def read_config_file(path: Path) -> str:
     """The text of a config file, or ConfigError naming the file and the fix (missing, a folder,
     unreadable, larger than configyaml.MAX_BYTES, binary or not UTF-8)."""
-    from workbench.configyaml import MAX_BYTES
+    from workbench.config.yamlfile import MAX_BYTES
 
     name = shown(path)
     try:
@@ -413,15 +414,6 @@ def read_config_file(path: Path) -> str:
         raise ConfigFileError(f"{name}: the file is empty; write the sections you change, "
                               "e.g. train: {lr: 0.001}, or {} for all defaults")
     return text
-
-
-class ConfigFileError(ConfigError, FileNotFoundError):
-    """A config file that cannot be read as one (missing, a folder, binary, empty, too large): a
-    ConfigError whose message is one line naming the file and the fix.  Also a FileNotFoundError,
-    so code that caught a missing config file still catches it."""
-
-    def __init__(self, message: str):
-        ConfigError.__init__(self, [message])
 
 
 def _kind(data: Any) -> str:
@@ -515,3 +507,13 @@ def _hints(cls: type) -> dict[str, Any]:
         hints = typing.get_type_hints(cls)
         _HINTS[cls] = {f.name: hints[f.name] for f in dataclasses.fields(cls)}
     return _HINTS[cls]
+
+
+def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"train.lr": 0.001, ...}: a config dict with its sections opened (option dicts kept whole)."""
+    sections = {path.rsplit(".", 1)[0] for path in JobConfig.docs() if "." in path}
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        out.update(flatten(value, f"{path}.") if path in sections else {path: value})
+    return out

@@ -16,6 +16,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
+from workbench.config.sections import flatten
+
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
@@ -29,7 +31,7 @@ COLUMNS = ["name", "folder", "status", "start", "duration_s", "world_size", "eff
 
 def default_root() -> Path:
     """WORKBENCH_RUN_ROOT when set (the notebooks and tests use it), else the config default runs/."""
-    from workbench.config import JobConfig
+    from workbench.config.sections import JobConfig
 
     return Path(os.environ.get("WORKBENCH_RUN_ROOT") or JobConfig().launch.run_root).expanduser()
 
@@ -84,7 +86,7 @@ def run_row(folder: Path) -> dict[str, Any]:
 
 def _plan(run: Run) -> dict[str, Any]:
     """Effective batch, lr and rule as the run started (rank 0's start event), else from its config."""
-    from workbench.scaling import scaled
+    from workbench.config.scaling import scaled
 
     start = run.event_summary().start or {}
     try:
@@ -97,7 +99,7 @@ def _plan(run: Run) -> dict[str, Any]:
 
 
 def _losses(frame: pd.DataFrame) -> dict[str, Any]:
-    from workbench.metricview import reduced_loss
+    from workbench.results.metricview import reduced_loss
 
     if not len(frame) or "loss" not in frame:
         return {}
@@ -126,18 +128,6 @@ def config_diff(items: RunLike | Iterable[RunLike]) -> pd.DataFrame:
     return table[differs & ~table.index.isin(["launch.name", "launch.run_root"])]
 
 
-def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"train.lr": 0.001, ...}: a config dict with its sections opened (option dicts kept whole)."""
-    from workbench.config import JobConfig
-
-    sections = {path.rsplit(".", 1)[0] for path in JobConfig.docs() if "." in path}
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        path = f"{prefix}{key}"
-        out.update(flatten(value, f"{path}.") if path in sections else {path: value})
-    return out
-
-
 def compare(items: RunLike | Iterable[RunLike], x: str = "samples", smooth: float = 0.6,
             labels: Sequence[str] | None = None, theme: str = "light") -> Figure:
     """Several runs on one figure: reduced training loss and each validation metric against `x`
@@ -146,7 +136,7 @@ def compare(items: RunLike | Iterable[RunLike], x: str = "samples", smooth: floa
     4 ranks (and 4x the batch) converge like the 1-rank run per sample?"""
     from matplotlib.figure import Figure
 
-    from workbench.plots import RANK_COLOURS, PlotOptions, theme_rc
+    from workbench.results.plots import RANK_COLOURS, PlotOptions, theme_rc
 
     found = as_runs(items)
     names = list(labels) if labels is not None else [run.folder.name for run in found]
@@ -174,8 +164,8 @@ def compare(items: RunLike | Iterable[RunLike], x: str = "samples", smooth: floa
 
 
 def _compare_loss(ax: Any, frame: pd.DataFrame, x: str, colour: str, name: str, opts: Any) -> None:
-    from workbench.metricview import reduced_loss
-    from workbench.plots import _line
+    from workbench.results.metricview import reduced_loss
+    from workbench.results.plots import _line
 
     if not len(frame) or "loss" not in frame:
         return
@@ -185,7 +175,7 @@ def _compare_loss(ax: Any, frame: pd.DataFrame, x: str, colour: str, name: str, 
 
 
 def _axis(ax: Any, title: str, x: str) -> None:
-    from workbench.metricview import X_AXES
+    from workbench.results.metricview import X_AXES
 
     ax.set_title(title, loc="left")
     ax.set_xlabel(X_AXES.get(x, x))

@@ -36,12 +36,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from workbench import records
-from workbench.private import DIR_MODE, make_dirs, open_private, write_atomic
 from workbench.proctree import Proc
+from workbench.runfolder import records
+from workbench.runfolder.private import DIR_MODE, make_dirs, open_private, write_atomic
 
 if TYPE_CHECKING:
-    from workbench.config import JobConfig
+    from workbench.config.sections import JobConfig
 
 RANK_KINDS = ("metrics", "events", "status", "errors", "stacks", "results", "procs")
 """Folders holding one file per rank."""
@@ -112,7 +112,7 @@ class RunDir:
         return self.root / "logs" / f"{tag}_{rank}_log.{suffix}"
 
     def error_reserve(self, rank: int) -> Path:
-        """Room set aside for the rank's error file, used when the disk is full (workbench.failures)."""
+        """Room set aside for the rank's error file, used when the disk is full (workbench.runfolder.failures)."""
         return self.root / "errors" / f".rank{rank}.reserve"
 
     def archived_errors(self) -> list[dict[int, Path]]:
@@ -174,7 +174,7 @@ class RunDir:
         """Ranks that have a file of `kind` (metrics, events, status, errors)."""
         return list(self.rank_files(kind))
 
-    # --- reading what the ranks wrote (workbench.records: damaged content reads as absent) ---------
+    # --- reading what the ranks wrote (workbench.runfolder.records: damaged content reads as absent) ---------
     def read_meta(self) -> dict[str, Any] | None:
         """run.json (None when absent or damaged); fields of the wrong type are left out."""
         return records.read_object(self.meta, records.META)

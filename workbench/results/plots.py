@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from workbench.metricview import BAND_ABOVE_RANKS, X_AXES, band, ema, reduced_loss
+from workbench.results.metricview import BAND_ABOVE_RANKS, X_AXES, band, ema, reduced_loss
+from workbench.runfolder.reader import thin
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -222,20 +223,6 @@ def _thin(x: np.ndarray, *ys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarra
     return x[::stride], low[::stride], high[::stride]
 
 
-def thin_slice(n: int, max_points: int | None) -> slice:
-    """The rows of n to keep: at most max_points evenly spaced, always with the last (all when
-    max_points is None or 0)."""
-    if not max_points or n <= max_points:
-        return slice(0, n)
-    stride = -(-n // max_points)
-    return slice((n - 1) % stride, n, stride)
-
-
-def thin(frame: pd.DataFrame, max_points: int) -> pd.DataFrame:
-    """At most max_points evenly spaced rows of one rank's frame, always with the last."""
-    return frame.iloc[thin_slice(len(frame), max_points)]  # a slice (no copy) that ends on the last row
-
-
 def downsample(frame: pd.DataFrame, max_points: int) -> pd.DataFrame:
     """At most max_points rows per rank, evenly spaced, each rank's last row kept."""
     if len(frame) == 0 or "rank" not in frame or frame.groupby("rank").size().max() <= max_points:
@@ -251,8 +238,8 @@ def save_run_plot(frame: pd.DataFrame, path: str, **kwargs: Any) -> str:
 
 
 def save_figure(fig: Figure, path: str | Path) -> None:
-    """Write `fig` as a private file (0600, workbench.private), in the format its suffix names."""
-    from workbench.private import open_private
+    """Write `fig` as a private file (0600, workbench.runfolder.private), in the format its suffix names."""
+    from workbench.runfolder.private import open_private
 
     with open_private(path, "wb") as fh:
         fig.savefig(fh, dpi=100, format=Path(path).suffix.lstrip(".") or "png")

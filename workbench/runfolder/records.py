@@ -35,17 +35,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workbench.errors import DamagedFileWarning
+
 MAX_LINE_BYTES = 1 << 20
 """A JSONL line longer than this is damaged (the engine writes lines of a few hundred bytes)."""
 MAX_FILE_BYTES = 8 << 20
 """A status, error, summary or run.json file larger than this reads as absent."""
 _INT64 = 1 << 63
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
-
-
-class DamagedFileWarning(UserWarning):
-    """Bytes in a run folder that are not a valid record were skipped (the message names file and line).
-    Silence with ``warnings.filterwarnings("ignore", category=DamagedFileWarning)``."""
 
 
 # --- field checks: value -> (ok, cleaned value) --------------------------------------------------
@@ -262,3 +259,18 @@ def warn_damaged(path: Path, damaged: list[tuple[int, str]], once_key: tuple[Any
         more = f" and {len(damaged) - 1} more damaged line(s)" if len(damaged) > 1 else ""
         text = f"{path}: skipped line {line} ({why}){more}; the other lines are read"
     warnings.warn(text, DamagedFileWarning, stacklevel=3)
+
+
+NOT_SCALARS = {"rank", "step", "epoch", "time", "attempt"}
+"""Record fields that are not metrics (they index them)."""
+
+
+def scalars(record: dict[str, Any]) -> dict[str, float]:
+    """The record's metrics: numeric fields other than rank, step, epoch, time, attempt (NaN dropped)."""
+    out = {}
+    for key, value in record.items():
+        if key in NOT_SCALARS or isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if value == value:
+            out[key] = float(value)
+    return out

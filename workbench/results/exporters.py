@@ -39,7 +39,7 @@ def to_tensorboard(run: Run, logdir: str | Path) -> Path:
 
 
 def _write(writer: Any, records: list[dict[Any, Any]]) -> None:
-    from workbench.engine.mirrors import scalars
+    from workbench.runfolder.records import scalars
 
     for record in records:
         step, walltime = int(record["step"]), float(record.get("time") or 0) or None

@@ -8,7 +8,7 @@ batch 384).  The stored lr and warmup are the 1-GPU values; the scaling rule der
 
 from __future__ import annotations
 
-from workbench.config import JobConfig
+from workbench.config.sections import JobConfig
 
 PRESETS = (1, 2, 4, 8)
 """GPU counts with a preset."""

@@ -16,15 +16,15 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from workbench import analysis
-from workbench.configtypes import ConfigError
-from workbench.private import make_dirs, open_private
-from workbench.scaling import effective_batch
+from workbench.config.scaling import effective_batch
+from workbench.errors import ConfigError
+from workbench.results import analysis
+from workbench.runfolder.private import make_dirs, open_private
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from workbench.config import JobConfig
+    from workbench.config.sections import JobConfig
     from workbench.launch.run import Run
 
 GUIDE_SPEEDUP = {1: (1.0, 1.0), 2: (1.8, 1.8), 4: (3.2, 3.4), 8: (5.5, 6.4)}
@@ -122,7 +122,7 @@ def _check(world_sizes: Iterable[int], steps: int, warmup_steps: int) -> list[in
 
 def _bench_folder(cfg: JobConfig, factory: Callable[..., Any] | None) -> Path:
     from workbench.engine.tasks import factory_label
-    from workbench.rundir import default_run_dir
+    from workbench.runfolder.layout import default_run_dir
 
     named = cfg.replace(task__name=factory_label(factory)) if factory is not None else cfg
     base = default_run_dir(named)
@@ -132,8 +132,8 @@ def _bench_folder(cfg: JobConfig, factory: Callable[..., Any] | None) -> Path:
 
 def _run(cfg: JobConfig, factory: Callable[..., Any] | None, run_dir: Path) -> Run:
     """Submit, wait, and raise the failing rank's error (RunFailed) if the run did not finish."""
+    from workbench.config.validate import parse_time_limit
     from workbench.launch.submit import submit
-    from workbench.validate import parse_time_limit
 
     run = submit(cfg, task=factory, run_dir=run_dir)
     try:

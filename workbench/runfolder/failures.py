@@ -13,7 +13,7 @@ import re
 import time
 from typing import Any
 
-from workbench.rundir import RunDir, write_json_atomic
+from workbench.runfolder.layout import RunDir, write_json_atomic
 
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 RESERVE_BYTES = 64 * 1024

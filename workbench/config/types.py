@@ -13,28 +13,7 @@ import types
 import typing
 from typing import Any, Literal, Union
 
-
-class ConfigError(ValueError):
-    """Bad input from the user: a config with one or more problems, or a config file or run folder
-    that cannot be used.  `problems` lists each as one line naming the field (or file) and the fix;
-    with one problem, that line is the message.  The CLI prints them and exits with status 2."""
-
-    def __init__(self, problems: list[str]):
-        self.problems = list(problems)
-        if len(self.problems) == 1:
-            super().__init__(self.problems[0])
-            return
-        lines = "\n".join(f"  - {p}" for p in self.problems)
-        super().__init__(f"{len(self.problems)} problems in the job config:\n{lines}")
-
-    def fields(self) -> list[str]:
-        """The field paths named by the problems (the text before the first colon)."""
-        return problem_fields(self.problems)
-
-
-def problem_fields(problems: list[str]) -> list[str]:
-    """The field path each "section.field: what; fix" message names."""
-    return [p.split(":", 1)[0] for p in problems]
+from workbench.errors import ConfigError, problem_fields  # noqa: F401 (problem_fields: re-export)
 
 
 def coerce(value: Any, hint: Any) -> tuple[bool, Any, str]:
@@ -121,7 +100,7 @@ def plain_data_problem(value: Any) -> str | None:
     """Why `value` (an option mapping or list) is not plain data a config can hold, or None: text
     keys, leaves None/bool/number/text, at most configyaml.MAX_VALUES values (shared parts counted
     each time they appear) nested at most configyaml.MAX_DEPTH deep, no container inside itself."""
-    from workbench.configyaml import MAX_DEPTH, MAX_VALUES
+    from workbench.config.yamlfile import MAX_DEPTH, MAX_VALUES
 
     count = 0
     inside: set[int] = set()  # ids of the containers on the path to the current item
@@ -226,15 +205,15 @@ def _attribute_docstrings(cls: type) -> dict[str, str]:
 
 
 def yaml_load(text: str) -> Any:
-    """Plain data from config YAML (workbench.configyaml: safe, bounded); YamlProblem if it is not."""
-    from workbench.configyaml import load
+    """Plain data from config YAML (workbench.config.yamlfile: safe, bounded); YamlProblem if it is not."""
+    from workbench.config.yamlfile import load
 
     return load(text)
 
 
 def apply_overrides(data: dict[str, Any], assignments: list[str]) -> dict[str, Any]:
     """Apply "a.b.c=value" assignments to nested dict `data` (values parsed as YAML)."""
-    from workbench.configyaml import YamlProblem
+    from workbench.config.yamlfile import YamlProblem
 
     problems = []
     for item in assignments:

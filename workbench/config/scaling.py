@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
-    from workbench.config import JobConfig
+    from workbench.config.sections import JobConfig
 
 RULES = ("none", "linear", "sqrt", "capped")
 
@@ -31,7 +31,7 @@ def multiplier(world_size: int, ref_world_size: int, rule: str, cap: float = 8.0
 def parse_world_sizes(text: str, name: str = "world sizes") -> list[int]:
     """ "1,2,4,8" (or "1 2 4 8") -> [1, 2, 4, 8], sorted and without repeats; anything else is a
     ConfigError naming `name` (the CLI flag or the widget) and the fix."""
-    from workbench.configtypes import ConfigError
+    from workbench.errors import ConfigError
 
     parts = [p.strip() for p in str(text).replace(" ", ",").split(",") if p.strip()]
     if not parts or not all(p.isdigit() and int(p) > 0 for p in parts):

@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from workbench.scaling import effective_batch
-from workbench.stragglers import slower_than_others
+from workbench.config.scaling import effective_batch
+from workbench.runfolder.stragglers import slower_than_others
 
 if TYPE_CHECKING:
-    from workbench.config import JobConfig
+    from workbench.config.sections import JobConfig
 
 SKIP_STEPS = 5
 COMM_SHARE_LIMIT = 0.10
@@ -189,7 +189,7 @@ def data_advice(frame: pd.DataFrame, cfg: JobConfig, threshold: float = DATA_SHA
 def report(frame: pd.DataFrame, cfg: JobConfig, found_stragglers: pd.DataFrame | None = None,
            checks: dict[str, int] | None = None, skip_steps: int = SKIP_STEPS) -> dict[str, Any]:
     """Everything above for one run: breakdown, throughput, shares, stragglers, memory, advice, and
-    what the engine's live checks found (`checks`, from workbench.runevents.EventSummary).
+    what the engine's live checks found (`checks`, from workbench.runfolder.events.EventSummary).
 
     Stragglers use the config's dist.straggler_threshold; pass `found_stragglers` when they were
     already computed for the same frame (Run.stragglers()), so the report and the live line agree."""

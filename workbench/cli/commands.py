@@ -1,0 +1,218 @@
+"""One function per `workbench` command, over the same Python API a notebook uses."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from workbench.cli.printing import _print_failure, follow, per_rank_table, print_history
+from workbench.config.scaling import parse_world_sizes
+from workbench.config.sections import JobConfig, flatten
+from workbench.errors import ConfigError
+
+BENCH_COLUMNS = ["world_size", "samples_per_s", "speedup", "expected_speedup", "efficiency", "step_time_s",
+                 "data_time_s", "compute_s", "comm_wait_s", "comm_share", "mem_mb_per_rank"]
+
+
+def load_config(args: argparse.Namespace) -> JobConfig:
+    cfg = (JobConfig.from_yaml(Path(args.config)) if args.config else JobConfig()).with_overrides(args.set)
+    extra = {"dist.procs_per_node": getattr(args, "nproc", None), "dist.nodes": getattr(args, "nodes", None),
+             "launch.executor": getattr(args, "executor", None)}
+    sets = [f"{k}={v}" for k, v in extra.items() if v is not None]
+    return cfg.with_overrides(sets) if sets else cfg
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from workbench.launch.output import shown_streams
+    from workbench.launch.submit import submit
+
+    cfg = load_config(args)
+    shown_streams(cfg.world_size, args.ranks)  # a bad --ranks fails before anything runs
+    return _start_owned(args, lambda: submit(cfg, run_dir=args.run_dir, from_scratch=args.from_scratch,
+                                             stop_with_caller=not args.detach))
+
+
+def cmd_launch(args: argparse.Namespace) -> int:
+    from workbench.launch.submit import submit_script
+
+    env = {}
+    for item in args.env:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise ConfigError([f"--env {item!r}: write NAME=VALUE, e.g. --env NCCL_DEBUG=INFO"])
+        env[name] = value
+    from workbench.launch.output import shown_streams
+
+    cfg = load_config(args)
+    shown_streams(cfg.world_size, args.ranks)  # a bad --ranks fails before anything runs
+    return _start_owned(args, lambda: submit_script(args.script, args.script_args, cfg, module=args.module,
+                                                    cwd=args.cwd, env=env, stop_with_caller=not args.detach))
+
+
+def _start_owned(args: argparse.Namespace, start: Any) -> int:
+    """Submit, then follow the run as its owner (stopping this command cancels it), or detach."""
+    from workbench.cli.owner import print_detached, stop_signals_interrupt
+    from workbench.errors import SubmitError
+
+    with stop_signals_interrupt():
+        try:
+            run = start()
+        except SubmitError as exc:
+            print(f"workbench: {exc}", file=sys.stderr)
+            return 2
+        if args.detach:
+            print_detached(run)  # a stop signal that came while submitting: raised on leaving the block
+            return 0
+        return follow(run, args.quiet, owned=True, ranks=args.ranks)
+
+
+def cmd_follow(args: argparse.Namespace) -> int:
+    from workbench.cli.owner import stop_signals_interrupt
+    from workbench.launch.run import Run
+
+    with stop_signals_interrupt():
+        return follow(Run.load(args.run_dir), args.quiet, ranks=getattr(args, "ranks", None))
+
+
+def cmd_pools(args: argparse.Namespace) -> int:
+    import datetime
+
+    from workbench.errors import ConfigError
+    from workbench.launch.pool import close_pool, pools
+
+    rows = pools(args.run_root, live_only=not args.all and not args.close)
+    if args.close:
+        found = [r for r in rows if r["name"] == args.close]
+        if not found:
+            raise ConfigError([f"--close {args.close}: no pool of that name under the run root; "
+                               f"`workbench pools --all` lists them"])
+        close_pool(found[0]["folder"])
+        print(f"[workbench] pool {args.close} closed")
+        return 0
+    if not rows:
+        print("[workbench] no open pools" + ("" if args.all else " (--all lists closed ones too)"))
+        return 0
+    print(f"{'name':36s} {'where':14s} {'ranks':>5s} {'state':7s} {'jobs':>4s}  idle since")
+    for r in rows:
+        where = f"{r['executor']} {r['job_id'] or ''}".strip()
+        since = datetime.datetime.fromtimestamp(float(r["idle_since"] or 0)).strftime("%Y-%m-%d %H:%M:%S")
+        print(f"{r['name']:36s} {where:14s} {r['world_size'] or '?':>5} {r['state']:7s} {r['jobs']:>4d}  {since}")
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from workbench.launch.run import Run
+
+    run = Run.load(args.run_dir)
+    before = run.status()
+    if before.done and run.job_done():
+        print(f"[workbench] run {run.folder} already ended: {before}")
+        return 0
+    run.cancel()
+    status = run.status()
+    print(f"[workbench] run {run.folder}: {status}")
+    return 0 if status.done else 1
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from workbench.launch.export import sbatch_script, torchrun_command
+
+    if args.tensorboard or args.metrics:
+        from workbench.launch.run import Run
+
+        run = Run.load(args.config)  # here the positional argument is a run folder
+        done = run.to_tensorboard(args.tensorboard) if args.tensorboard else run.export_metrics(args.metrics)
+        print(f"[workbench] wrote {done}" + (f" (tensorboard --logdir {done})" if args.tensorboard else ""))
+        return 0
+    cfg = load_config(args)
+    print(sbatch_script(cfg, args.config) if args.sbatch else torchrun_command(cfg, args.config))
+    return 0
+
+
+def cmd_table(args: argparse.Namespace) -> int:
+    from workbench.config.scaling import scaling_table
+
+    cfg = load_config(args)
+    sizes = parse_world_sizes(args.world_sizes, "--world-sizes")
+    table = scaling_table(cfg, sizes, rule=args.rule, dataset_size=args.dataset_size, compare_rules=args.compare)
+    print(table.to_string(index=False))
+    return 0
+
+
+def cmd_bench_scaling(args: argparse.Namespace) -> int:
+    from workbench.errors import RunFailed
+    from workbench.launch.scaling_bench import benchmark_scaling
+    from workbench.results.plots import plot_scaling, save_figure
+
+    sizes = parse_world_sizes(args.world_sizes, "--world-sizes")
+    try:
+        frame = benchmark_scaling(load_config(args), sizes, steps=args.steps, warmup_steps=args.warmup_steps)
+    except RunFailed as exc:
+        print(f"workbench: {exc}\n{exc.failure.traceback if exc.failure else ''}", file=sys.stderr)
+        return 1
+    print(frame[BENCH_COLUMNS].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    plot = Path(frame.attrs["folder"]) / "scaling.png"
+    save_figure(plot_scaling(frame), plot)
+    print(f"[workbench] runs and scaling.csv: {frame.attrs['folder']}\n[workbench] scaling plot: {plot}")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from workbench.launch.run import Run
+
+    run = Run.load(args.run_dir)
+    status = run.status()
+    print(f"run {run.folder}: {status.progress_line()}")
+    print(status.frame().to_string(index=False))
+    frame = run.metrics()
+    if len(frame):
+        from workbench.results.analysis import format_report
+
+        print(per_rank_table(frame).to_string())
+        print(format_report(run.report()))
+    print_history(run)
+    if status.state == "failed":
+        _print_failure(run)
+    elif status.state == "finished":
+        print(run.result())
+    return 0 if status.state != "failed" else 1
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    cfg = load_config(args)
+    if args.where:
+        print(field_uses(args.where))
+    elif args.docs:
+        flat = flatten(cfg.to_dict())
+        for path, doc in JobConfig.docs().items():
+            if path in flat:
+                print(f"{path} = {flat[path]!r}\n    {doc}")
+    else:
+        print(cfg.to_yaml(), end="")
+    return 0
+
+
+def field_uses(path: str) -> str:
+    """What a config field means and where workbench's own code reads it (file:line: code)."""
+    import re
+
+    docs = JobConfig.docs()
+    if path not in docs or path in {p.rsplit(".", 1)[0] for p in docs if "." in p}:
+        raise ConfigError([f"--where: {path!r} is not a config field; `workbench config --docs` lists them"])
+    leaf = path.rsplit(".", 1)[-1]
+    pattern = re.compile(rf"\.{leaf}\b|[\"']{leaf}[\"']|\b{leaf}=")
+    root = Path(__file__).resolve().parents[1]  # the workbench package
+    skip = {root / "config" / "sections.py", *(root / "cli").glob("*.py")}  # where fields are declared and named
+    hits = [f"  {file.relative_to(root.parent)}:{n}: {line.strip()}"
+            for file in sorted(root.rglob("*.py")) if file not in skip
+            for n, line in enumerate(file.read_text().splitlines(), 1) if pattern.search(line)]
+    return "\n".join([f"{path}: {docs[path]}", "read at:", *(hits or ["  (nowhere but the config itself)"])])
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    load_config(args).check()
+    print("config OK")
+    return 0
+
