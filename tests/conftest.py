@@ -1,1 +1,23 @@
-pytest_plugins = ["tests.slurm_fixture"]
+"""The test layers are folders, and each folder is a marker: `tests/unit` (pure logic, starts no
+process), `tests/process` (real processes, no DDP run), `tests/ddp` (real multi-process runs),
+`tests/slurm`, `tests/notebooks`, `tests/browser`.  `python -m pytest -m unit` runs one layer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["tests.support.slurm_fixture"]
+
+LAYERS = {"unit": "unit", "process": "process", "ddp": "ddp", "slurm": "slurm", "notebooks": "notebook",
+          "browser": "browser"}
+"""Folder under tests/ -> the marker every test in it carries."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        folder = Path(str(item.fspath)).relative_to(here).parts[0]
+        if folder in LAYERS:
+            item.add_marker(getattr(pytest.mark, LAYERS[folder]))

@@ -1,0 +1,241 @@
+"""The dashboard a researcher keeps open, in real JupyterLab (dark theme, 1100 px wide) in headless
+Chromium: zooming the plot changes the range it shows, a double-click on Submit makes one run, the
+scaling table's highlighted row and the log panel are readable (computed contrast >= 4.5:1), and the
+Runs widget lists and compares two runs.  Screenshots go to test-artifacts/.
+
+One JupyterLab and one page serve the module's tests (they run in file order); the run folders they
+look at are written here, as the ranks write them (a 16-rank, 6000-step run among them).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+
+from tests.support import REPO
+from tests.support.browser_fixture import CHROMIUM_ARGS, chromium, start_jupyter_lab  # noqa: F401 (fixture)
+from tests.support.runs import write_run
+from workbench.config import JobConfig
+from workbench.runfolder.layout import RunDir, write_json_atomic
+from workbench.runfolder.writer import JsonlWriter
+
+ARTIFACTS = REPO / "test-artifacts"
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(600)]
+DARK = {"@jupyterlab/apputils-extension/themes.jupyterlab-settings": {"theme": "JupyterLab Dark"}}
+CELLS = [
+    """import os
+from pathlib import Path
+from workbench.config import JobConfig
+from workbench.launch.run import Run
+from workbench.ui import RunsView, Workbench
+ROOT = Path(os.environ["WORKBENCH_RUN_ROOT"])""",
+    """wide = Run.load(ROOT / "wide")  # 16 ranks x 6000 steps, written by the test
+plot = wide.plot(interactive=True, smooth=0.6)
+plot""",
+    """cfg = JobConfig.from_dict({"task": {"options": {"n_train": 256, "n_val": 32}},
+                           "train": {"micro_batch_size": 16, "max_steps": 20, "grad_accum_steps": 2},
+                           "dist": {"procs_per_node": 2, "threads_per_rank": 1},
+                           "launch": {"run_root": str(ROOT / "submitted")}})
+app = Workbench(cfg)
+app.scaling.rule.value = "compare"
+app""",
+    """dash = Run.load(ROOT / "history" / "two-ranks").dashboard()
+dash""",
+    """RunsView(ROOT / "history")""",
+]
+
+
+def write_wide_run(folder: Path, ranks: int = 16, steps: int = 6000) -> None:
+    cfg = JobConfig.from_dict({"dist": {"procs_per_node": ranks}, "launch": {"run_root": str(folder.parent)}})
+    run = RunDir(folder).prepare(cfg, "local")
+    t0 = time.time() - steps * 0.1
+    rng = np.random.default_rng(0)
+    for rank in range(ranks):
+        writer = JsonlWriter(run.metrics(rank))
+        noise = rng.normal(0, 0.03, steps)
+        for i, step in enumerate(range(1, steps + 1)):
+            base = 0.05 + 3.0 * np.exp(-step / 150)
+            loss = base + noise[i] + 0.4 * (rank == 11)  # rank 11 strays: drawn on its own
+            writer.write({"rank": rank, "step": step, "time": t0 + 0.1 * step, "loss": loss, "loss_reduced": base,
+                          "lr": 1e-3, "step_time_s": 0.1 + 0.02 * (rank == 11), "samples_per_s": 320.0,
+                          "mem_mb": 800.0 + rank})
+        writer.close()
+        write_json_atomic(run.status(rank), {"rank": rank, "state": "finished", "step": steps, "time": time.time()})
+    write_json_atomic(run.summary, {"status": "finished"})
+
+
+def write_notebook(path: Path) -> None:
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in CELLS])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+
+
+@pytest.fixture(scope="module")
+def page(chromium, tmp_path_factory):  # noqa: F811
+    from playwright.sync_api import expect, sync_playwright
+
+    from tests.support.browser_fixture import run_all_cells, wait_kernel_idle
+
+    base = tmp_path_factory.mktemp("dark")
+    root = base / "lab"
+    root.mkdir()
+    for name, values in DARK.items():  # the fixture's own settings are written beside these
+        target = base / "lab-lab-settings" / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(values))
+    runs = root / "runs"
+    write_wide_run(runs / "wide")
+    write_run(runs / "history", "one-rank", 1, "none")
+    write_run(runs / "history", "two-ranks", 2, "linear")
+    (runs / "history" / "two-ranks" / "logs" / "1_0_log.out").write_text(
+        "Starting with JobEnvironment\nstep 40: loss 0.125\n" * 20)  # what a rank prints
+    write_notebook(root / "dashboard.ipynb")
+    lab = start_jupyter_lab(root, {"WORKBENCH_RUN_ROOT": str(runs)})
+    ARTIFACTS.mkdir(exist_ok=True)
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=str(chromium), headless=True, args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1100, "height": 900})
+            page.set_default_timeout(60_000)
+            page.goto(lab.url("dashboard.ipynb"), timeout=90_000)
+            expect(page.locator(".jp-NotebookPanel .jp-Cell").first).to_be_visible(timeout=90_000)
+            wait_kernel_idle(page, 90_000)
+            run_all_cells(page)
+            expect(page.locator(".wb-runs")).to_be_visible(timeout=180_000)  # the last cell rendered
+            page.lab = lab
+            yield page
+            browser.close()
+    finally:
+        lab.stop()
+
+
+def cell(page, index: int):
+    return page.locator(".jp-NotebookPanel .jp-Cell").nth(index)
+
+
+def test_zooming_the_plot_changes_the_range_it_shows(page):
+    from playwright.sync_api import expect
+
+    out = cell(page, 1)
+    view = out.locator(".wb-view")
+    expect(view).to_have_attribute("data-zoomed", "false", timeout=60_000)
+    expect(out.locator(".widget-toggle-button.mod-active")).to_have_text("dark")  # follows JupyterLab's theme
+    before = view.inner_text()
+    canvas = out.locator(".jupyter-matplotlib-canvas-div")
+    # the figure gets its size and first image once the kernel has answered the canvas's first messages
+    page.wait_for_function("el => el.getBoundingClientRect().height > 300", arg=canvas.element_handle(),
+                           timeout=120_000)
+    from tests.support.browser_fixture import wait_kernel_idle
+
+    wait_kernel_idle(page, 120_000)
+    canvas.scroll_into_view_if_needed()
+    canvas.hover()  # the toolbar shows while the pointer is over the figure
+    out.get_by_title(re.compile("Zoom to rectangle", re.I)).click()
+    box = canvas.bounding_box()
+    # the loss panel is the top-left one: drag across its middle
+    x0, y0 = box["x"] + 0.10 * box["width"], box["y"] + 0.15 * box["height"]
+    page.mouse.move(x0, y0)
+    page.mouse.down()
+    page.mouse.move(x0 + 0.12 * box["width"], y0 + 0.22 * box["height"], steps=8)
+    page.mouse.up()
+    expect(view).to_have_attribute("data-zoomed", "true", timeout=30_000)
+    after = view.inner_text()
+    assert after != before
+    low, high = (float(v.replace(",", "")) for v in re.findall(r"(-?[\d,]+) – (-?[\d,]+)", after)[0])
+    assert 0 < high - low < 6000 * 0.6, after  # a part of the 6000 steps
+    page.mouse.move(x0 + 40, y0 + 40)  # hover: the nearest point's rank and value
+    page.wait_for_timeout(1000)
+    out.screenshot(path=str(ARTIFACTS / "dashboard-zoomed-16-ranks-dark.png"))
+
+
+def test_a_double_click_on_submit_makes_one_run(page):
+    from playwright.sync_api import expect
+
+    out = cell(page, 2)
+    submit = out.locator("button.widget-button", has_text="Submit")
+    submit.scroll_into_view_if_needed()
+    submit.dblclick()
+    expect(out.get_by_text("submitted", exact=False)).to_be_visible(timeout=90_000)
+    expect(out.locator(".wb-badge.wb-finished")).to_have_count(2, timeout=180_000)
+    submitted = Path(page.lab.root) / "runs" / "submitted"
+    assert len(list(submitted.glob("*/run.json"))) == 1
+    expect(submit).to_be_enabled()
+    # the dashboard's plot got the run's steps (its view line names their range, not the empty 0 - 1)
+    expect(out.locator(".wb-view").last).to_contain_text(re.compile(r"step \d+ – [2-9]"), timeout=60_000)
+    canvas = out.locator(".jupyter-matplotlib-canvas-div canvas").first
+    canvas.scroll_into_view_if_needed()
+    # and the browser shows them: pixels of rank 0's line colour (#1f77b4) in the figure
+    page.wait_for_function("""c => {
+        const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+        let n = 0;
+        for (let i = 0; i < d.length; i += 4)
+            if (Math.abs(d[i] - 31) < 12 && Math.abs(d[i + 1] - 119) < 12 && Math.abs(d[i + 2] - 180) < 12) n++;
+        return n > 40;
+    }""", arg=canvas.element_handle(), timeout=60_000)
+    page.screenshot(path=str(ARTIFACTS / "workbench-after-double-click-dark.png"))
+
+
+def _contrast(page, selector: str) -> float:
+    """Contrast of an element's text against the first opaque background behind it (alpha blended)."""
+    colours = page.locator(selector).first.evaluate("""el => {
+        const parse = s => (s.match(/[\\d.]+/g) || []).map(Number);
+        const text = parse(getComputedStyle(el).color);
+        let node = el, bg = null;
+        while (node && node.nodeType === 1) {
+            const c = parse(getComputedStyle(node).backgroundColor);
+            if (c.length === 3 || (c.length === 4 && c[3] > 0.5)) { bg = c; break; }
+            node = node.parentElement;
+        }
+        return [text, bg || [255, 255, 255]];
+    }""")
+    text, bg = colours
+    alpha = text[3] if len(text) == 4 else 1.0
+    blended = [alpha * t + (1 - alpha) * b for t, b in zip(text[:3], bg[:3])]
+
+    def luminance(rgb):
+        lin = [(c / 255) / 12.92 if c / 255 <= 0.03928 else ((c / 255 + 0.055) / 1.055) ** 2.4 for c in rgb]
+        return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+    high, low = sorted((luminance(blended), luminance(bg[:3])), reverse=True)
+    return (high + 0.05) / (low + 0.05)
+
+
+def test_dark_theme_table_and_log_are_readable(page):
+    from playwright.sync_api import expect
+
+    assert page.evaluate("document.body.dataset.jpThemeLight") == "false"  # the dark theme is on
+    row = cell(page, 2).locator(".wb-scaling tr.wb-selected td").first
+    expect(row).to_be_visible()
+    assert cell(page, 2).locator(".wb-scaling tr.wb-selected").count() == 1  # the config's own rule only
+    table_contrast = _contrast(page, ".wb-scaling tr.wb-selected td")
+    log = cell(page, 3).locator(".wb-log")
+    expect(log).to_contain_text("step 40: loss 0.125", timeout=60_000)
+    log_contrast = _contrast(page, ".wb-log")
+    cell(page, 2).locator(".wb-scaling").scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "dark-theme-form-and-table.png"))
+    log.scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "dark-theme-dashboard-log.png"))
+    assert table_contrast >= 4.5 and log_contrast >= 4.5, (table_contrast, log_contrast)
+
+
+def test_runs_widget_lists_and_compares_two_runs(page):
+    from playwright.sync_api import expect
+
+    out = cell(page, 4)
+    table = out.locator(".wb-runs")
+    expect(table.locator("tbody tr")).to_have_count(2)
+    expect(table).to_contain_text("one-rank")
+    expect(table).to_contain_text("two-ranks")
+    out.locator("select").select_option(label=["one-rank · finished", "two-ranks · finished"])
+    out.locator("button.widget-button", has_text="Compare").click()
+    expect(out.get_by_text("compared 2 runs by samples seen")).to_be_visible(timeout=60_000)
+    image = out.locator("img.widget-image")
+    expect(image).to_be_visible()
+    page.wait_for_function("img => img.complete && img.naturalWidth > 500", arg=image.element_handle())
+    out.screenshot(path=str(ARTIFACTS / "runs-widget-compare-dark.png"))

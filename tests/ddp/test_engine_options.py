@@ -1,0 +1,60 @@
+"""Built-in and user tasks, precision, world-size change on resume, reading a finished run back."""
+
+from __future__ import annotations
+
+import pytest
+
+import workbench
+from workbench.cli import main
+from workbench.config import JobConfig
+
+pytestmark = [pytest.mark.ddp, pytest.mark.timeout(180)]
+
+
+def _cfg(tmp_path, task: dict, **train) -> JobConfig:
+    return JobConfig.from_dict({"task": task, "train": {"micro_batch_size": 8, "max_steps": 12, **train},
+                                "dist": {"procs_per_node": 2}, "launch": {"run_root": str(tmp_path)}})
+
+
+def test_char_lm_trains_with_bf16_autocast_and_reports_its_metric(tmp_path):
+    run = workbench.submit(_cfg(tmp_path, {"name": "charlm"}, precision="bf16", eval_every_steps=12))
+    assert run.wait(timeout=150).state == "finished", run.exception()
+    frame = run.metrics()
+    first, last = frame.groupby("step")["loss_reduced"].first().iloc[[0, -1]]
+    assert last < first
+    evals = run.events().query("event == 'eval'")
+    assert "val_bits_per_char" in evals and evals["val_bits_per_char"].notna().all()
+
+
+def test_a_factory_named_in_yaml_is_used(tmp_path):
+    path = tmp_path / "job.yaml"
+    _cfg(tmp_path, {"name": "tests.support.tasks_for_tests:slow", "options": {"delay_s": 0.0, "n_train": 512}}).to_yaml(path)
+    run = workbench.submit(JobConfig.from_yaml(path))
+    assert run.wait(timeout=120).state == "finished", run.exception()
+    assert run.metrics().groupby("rank")["step"].max().tolist() == [12, 12]
+
+
+def test_resume_on_fewer_ranks_says_how_batch_lr_and_warmup_change(tmp_path):
+    cfg = _cfg(tmp_path, {"options": {"n_train": 1024}}, lr=1e-3, warmup_steps=10, max_steps=6)
+    first = workbench.submit(cfg)
+    assert first.wait(timeout=120).state == "finished"
+    smaller = cfg.replace(dist__procs_per_node=1, train__max_steps=10)
+    again = workbench.submit(smaller, run_dir=first.folder)
+    assert again.wait(timeout=120).state == "finished", again.exception()
+    message = again.events().query("event == 'rescale'")["message"].iloc[0]
+    assert "world size 2 -> 1" in message and "effective batch 16 -> 8" in message
+    assert "lr 0.002 -> 0.001" in message and "warmup 20 -> 10" in message
+    assert again.metrics().query("rank == 0")["step"].max() == 10
+
+
+def test_a_finished_run_reads_back_completely(tmp_path, capsys):
+    run = workbench.submit(_cfg(tmp_path, {"options": {"n_train": 512}}))
+    assert run.wait(timeout=120).state == "finished"
+    again = workbench.Run.load(run.folder)
+    assert again.status().state == "finished"
+    assert again.metrics().equals(run.metrics())
+    assert again.result()["steps"] == 12
+    assert "submitit" in again.logs(1)  # rank 1 stdout and stderr (submitit per-task log files)
+    assert main(["show", str(run.folder)]) == 0
+    out = capsys.readouterr().out
+    assert "finished" in out and "final_loss" in out

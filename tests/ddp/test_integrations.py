@@ -1,0 +1,83 @@
+"""Lightning (Trainer and Fabric), Accelerate and Hugging Face Trainer jobs get per-rank streams by
+adding one line; real packages, real 2-rank DDP on CPU, launched as scripts with `workbench launch`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import workbench
+from tests.support import SCRIPTS
+from workbench.integrations import numbers
+
+INTEGRATIONS = SCRIPTS / "integrations"
+pytestmark = [pytest.mark.ddp, pytest.mark.timeout(300)]
+
+
+def _launch(tmp_path: Path, script: str) -> workbench.Run:
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "workbench.cli", "launch", str(INTEGRATIONS / script), "--nproc", "2",
+                           "--quiet", "--set", f"launch.run_root={tmp_path / 'runs'}", "--", str(out)],
+                          capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (folder,) = (tmp_path / "runs").iterdir()
+    return workbench.Run.load(folder)
+
+
+def _per_rank(run: workbench.Run, column: str, distinct: bool = True, last_step: int = 12) -> None:
+    frame = run.metrics()
+    assert sorted(frame["rank"].unique()) == [0, 1]
+    assert (frame.groupby("rank")["step"].max() == last_step).all()
+    by_step = frame.pivot_table(index="step", columns="rank", values=column)
+    assert by_step.notna().all().all()
+    if distinct:  # each rank's own value, not rank 0's copied
+        assert (by_step[0] != by_step[1]).any()
+
+
+def test_lightning_trainer(tmp_path):
+    _per_rank(_launch(tmp_path, "lightning_trainer.py"), "train_loss", last_step=11)  # the Trainer counts from 0
+
+
+def test_lightning_fabric(tmp_path):
+    _per_rank(_launch(tmp_path, "fabric_loop.py"), "loss")
+
+
+def test_accelerate_tracker(tmp_path):
+    run = _launch(tmp_path, "accelerate_loop.py")
+    _per_rank(run, "loss")
+    assert "note" not in run.metrics()
+
+
+def test_transformers_trainer_callback(tmp_path):
+    run = _launch(tmp_path, "hf_trainer.py")
+    _per_rank(run, "loss", distinct=False)  # the Trainer logs the loss averaged over ranks
+
+
+def test_only_plain_numbers_are_forwarded():
+    import torch
+
+    found = numbers({"loss": torch.tensor(0.5), "lr": 1e-3, "epoch": 2, "name": "x", "flag": True,
+                     "vec": torch.ones(3), "bad": float("nan")})
+    assert found == {"loss": 0.5, "lr": 1e-3, "epoch": 2.0}
+
+
+def _run_script_in_fn(script: str, out: str) -> None:
+    """A user's function whose body is the framework's training code (here: the same script)."""
+    import runpy
+    import sys
+
+    sys.argv = [script, out]
+    runpy.run_path(script, run_name="__main__")
+
+
+@pytest.mark.parametrize("script, column, distinct, last", [
+    ("lightning_trainer.py", "train_loss", True, 11), ("fabric_loop.py", "loss", True, 12),
+    ("accelerate_loop.py", "loss", True, 12), ("hf_trainer.py", "loss", False, 12)])
+def test_each_integration_through_submit_fn(tmp_path, script, column, distinct, last):
+    cfg = workbench.JobConfig.from_dict({"dist": {"procs_per_node": 2}, "launch": {"run_root": str(tmp_path)}})
+    run = workbench.submit_fn(_run_script_in_fn, str(INTEGRATIONS / script), str(tmp_path / "out"), cfg=cfg)
+    assert run.wait(timeout=250).state == "finished", run.exception()
+    _per_rank(run, column, distinct, last_step=last)

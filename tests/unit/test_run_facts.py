@@ -1,0 +1,235 @@
+"""Each fact about a run has one owner, so the Run handle, the CLI, the dashboard and the report
+cannot disagree.  Run folders are written by hand here (no processes): status files, metrics and
+events exactly as the ranks write them."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from workbench.config import JobConfig
+from workbench.engine.monitor import RankMonitor
+from workbench.launch.run import Run
+from workbench.launch.status import run_status
+from workbench.runfolder.layout import RunDir, write_json_atomic
+from workbench.runfolder.rankstate import LOST_AFTER_S, RANK_STATES, SILENT_AFTER_S
+from workbench.runfolder.writer import JsonlWriter
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _run_folder(tmp_path: Path, world: int = 2) -> RunDir:
+    cfg = JobConfig.from_dict({"dist": {"procs_per_node": world}, "launch": {"run_root": str(tmp_path)}})
+    return RunDir(tmp_path / "run").prepare(cfg, "local")
+
+
+def _status(run: RunDir, rank: int, state: str, step: int, age_s: float = 1.0) -> None:
+    write_json_atomic(run.status(rank), {"rank": rank, "state": state, "step": step, "time": time.time() - age_s,
+                                         "pid": 1, "host": "node", "attempt": 0})
+
+
+def _metrics(run: RunDir, rank: int, steps: range, step_time_s: float = 0.1, comm_s: float = 0.01) -> None:
+    writer = JsonlWriter(run.metrics(rank))
+    for step in steps:
+        writer.write({"rank": rank, "step": step, "time": 1000.0 + 0.1 * step, "loss": 1.0, "step_time_s": step_time_s,
+                      "comm_wait_s": comm_s, "data_time_s": 0.0, "samples_per_s": 320.0, "mem_mb": 100.0})
+    writer.close()
+
+
+def _events(run: RunDir, rank: int, records: list[dict]) -> None:
+    writer = JsonlWriter(run.events(rank))
+    for record in records:
+        writer.write({"rank": rank, "time": time.time(), **record})
+    writer.close()
+
+
+# --- liveness ------------------------------------------------------------------------------------
+def test_silent_then_lost_by_one_rule_and_one_message(tmp_path):
+    run = _run_folder(tmp_path)
+    _status(run, 0, "running", 5)
+    _status(run, 1, "running", 5, age_s=SILENT_AFTER_S + 5)
+    status = run_status(run, 2, job_done=False, cancelled=False, frames={})
+    assert status.state == "running" and [r.silent for r in status.ranks] == [False, True]
+
+    _status(run, 1, "running", 5, age_s=LOST_AFTER_S + 5)
+    status = run_status(run, 2, job_done=False, cancelled=False, frames={})
+    assert status.ranks[1].state == "lost" and status.state == "failed"
+    seen_from_outside = Run(run.root).exception(status)
+    assert seen_from_outside.rank == 1 and seen_from_outside.type == "Lost"
+
+    # the ranks' own watcher (rank 0 watches rank 1) says it with the same words
+    monitor = RankMonitor(run, 0, 2)
+    monitor._watch_neighbour()
+    monitor.close()
+    written = Run(run.root).exception(status)
+    pattern = r"rank 1 sent no heartbeat for \d+ s \(killed by a signal, out of memory, or its node failed\)"
+    assert re.fullmatch(pattern, seen_from_outside.message)
+    assert re.fullmatch(pattern + "; noticed by rank 0", written.message)
+
+
+def test_the_earliest_failure_is_blamed_not_a_rank_killed_after_it(tmp_path):
+    run = _run_folder(tmp_path)
+    write_json_atomic(run.error(1), {"rank": 1, "type": "ValueError", "message": "bad batch", "traceback": "tb",
+                                     "time": time.time() - 100, "host": "node"})
+    _status(run, 0, "running", 7, age_s=90)  # died later, in a collective, without a word
+    _status(run, 1, "failed", 7, age_s=100)
+    status = run_status(run, 2, job_done=True, cancelled=False, frames={})
+    assert status.state == "failed" and status.ranks[0].state == "lost"
+    failure = Run(run.root).exception(status)
+    assert (failure.rank, failure.type) == (1, "ValueError")
+
+
+# --- step, progress, badges ----------------------------------------------------------------------
+def test_progress_step_is_the_slowest_ranks_step_and_badges_show_the_same(tmp_path):
+    from workbench.ui.state import dashboard_state
+
+    run = _run_folder(tmp_path)
+    _status(run, 0, "running", 213)  # heartbeats lag behind the logged records
+    _status(run, 1, "running", 190)
+    _metrics(run, 0, range(1, 364))
+    _metrics(run, 1, range(1, 201))
+    handle = Run(run.root)
+    status = handle.status()
+    assert [r.step for r in status.ranks] == [363, 200]
+    assert status.step == 200
+    state = dashboard_state(status, job_done=False)
+    assert state.step == min(b.step for b in state.badges) == 200
+    assert [b.step for b in state.badges] == [363, 200]
+
+
+def test_step_rate_is_measured_over_logged_time_not_poll_times():
+    from workbench.launch.status import step_rate
+
+    frame = pd.DataFrame({"step": range(1, 201), "time": [100.0 + 0.5 * i for i in range(200)]})
+    assert step_rate({0: frame}) == pytest.approx(2.0)
+    bursty = frame.assign(time=[100.0 + 0.5 * i + (0.4 if i % 2 else 0.0) for i in range(200)])
+    assert step_rate({0: bursty}) == pytest.approx(2.0, rel=0.05)
+
+
+# --- rank states ---------------------------------------------------------------------------------
+def test_a_requeued_rank_is_known_to_the_status_and_the_badges(tmp_path):
+    from workbench.ui.state import BADGE_COLOURS, dashboard_state
+
+    run = _run_folder(tmp_path)
+    _status(run, 0, "requeued", 40, age_s=200)
+    _status(run, 1, "requeued", 40, age_s=200)
+    status = run_status(run, 2, job_done=False, cancelled=False, frames={})
+    assert [r.state for r in status.ranks] == ["requeued", "requeued"] and status.state == "running"
+    state = dashboard_state(status, job_done=False)
+    assert {b.colour for b in state.badges} == {BADGE_COLOURS["requeued"]}
+    ended = run_status(run, 2, job_done=True, cancelled=False, frames={})
+    assert ended.state == "failed"  # the scheduler gave up on it
+
+
+def _luminance(colour: str) -> float:
+    channels = [int(colour[i:i + 2], 16) / 255 for i in (1, 3, 5)]
+    lin = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+    return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+
+def test_every_rank_state_has_a_readable_badge_colour():
+    from workbench.ui.state import BADGE_COLOURS
+
+    assert set(BADGE_COLOURS) == set(RANK_STATES)
+    for state, colour in BADGE_COLOURS.items():
+        contrast = 1.05 / (_luminance(colour) + 0.05)  # white text on the badge
+        assert contrast >= 4.5, f"{state}: white on {colour} has contrast {contrast:.2f}"
+
+
+# --- stragglers ----------------------------------------------------------------------------------
+def test_live_health_line_and_report_give_one_straggler_verdict(tmp_path):
+    from workbench.results.analysis import format_report
+
+    run = _run_folder(tmp_path)
+    _metrics(run, 0, range(1, 60), step_time_s=0.100, comm_s=0.04)  # waits for rank 1 in the all-reduce
+    _metrics(run, 1, range(1, 60), step_time_s=0.100, comm_s=0.001)
+    # the ranks' live check flagged each rank once during the run: history, not the verdict
+    _events(run, 0, [{"event": "straggler", "straggler_rank": 0, "slower_by": 0.3},
+                     {"event": "straggler", "straggler_rank": 1, "slower_by": 0.5}])
+    handle = Run(run.root)
+    health = handle.health()
+    report = handle.report()
+    assert list(health["stragglers"]) == report["stragglers"]["rank"].tolist() == [1]
+    text = format_report(report)
+    assert "stragglers: rank 1" in text and "the ranks' live checks saw: 2 straggler warnings" in text
+
+
+def test_straggler_threshold_comes_from_the_config(tmp_path):
+    run = _run_folder(tmp_path)
+    _metrics(run, 0, range(1, 60), step_time_s=0.100, comm_s=0.02)
+    _metrics(run, 1, range(1, 60), step_time_s=0.100, comm_s=0.001)  # 0.099 vs 0.080: 24% slower
+    assert list(Run(run.root).health()["stragglers"]) == [1]  # default threshold 0.2
+    cfg = JobConfig.from_yaml(run.config).replace(dist__straggler_threshold=0.3)
+    cfg.to_yaml(run.config)
+    assert Run(run.root).health()["stragglers"] == {}
+
+
+# --- one reader ----------------------------------------------------------------------------------
+def test_dashboard_report_and_handle_share_one_metrics_reader(tmp_path, monkeypatch):
+    from workbench.runfolder import reader as stream
+    from workbench.ui.state import read_state
+
+    run = _run_folder(tmp_path)
+    _status(run, 0, "finished", 59)
+    _status(run, 1, "finished", 59)
+    _metrics(run, 0, range(1, 60))
+    _metrics(run, 1, range(1, 60))
+    made = []
+    original = stream.RankFrames.__init__
+
+    def counting(self, *args, **kwargs):
+        made.append(self)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(stream.RankFrames, "__init__", counting)
+    handle = Run(run.root)
+    state = read_state(handle, max_points=100)
+    records = handle.metric_frames.records
+    handle.report()
+    handle.metrics()
+    assert len(made) == 1 and state.records == records == 118
+    assert handle.metric_frames.records == records  # the report read nothing twice
+
+
+def test_events_are_folded_once_for_total_steps_and_health(tmp_path):
+    run = _run_folder(tmp_path)
+    _events(run, 0, [{"event": "start", "total_steps": 80}, {"event": "sync_check", "in_sync": True},
+                     {"event": "shard_check", "ok": True},
+                     {"event": "warning", "message": "DistributedSampler iterated again"}])
+    _events(run, 1, [{"event": "start", "total_steps": 999}])  # only rank 0 plans the run
+    handle = Run(run.root)
+    assert handle.status().total_steps == 80
+    health = handle.health()
+    assert health["in_sync"] is True and health["shards_ok"] is True
+    assert health["warnings"] == ["rank 0: DistributedSampler iterated again"]
+    _events(run, 0, [{"event": "start", "total_steps": 120}])  # a resume re-plans it
+    assert handle.status().total_steps == 120
+
+
+def test_a_run_that_logs_no_metric_says_so_instead_of_step_zero(tmp_path):
+    run = _run_folder(tmp_path)
+    for rank in (0, 1):
+        write_json_atomic(run.status(rank), {"rank": rank, "state": "finished", "step": 0, "time": time.time(),
+                                             "output_lines": 240})
+    text = str(Run(run.root).status())
+    assert text == "finished (no metrics logged; 480 lines of output; ranks 0:finished, 1:finished)"
+
+
+def test_a_script_that_logs_loss_without_step_times_is_not_called_empty(tmp_path):
+    from workbench.results.analysis import format_report
+
+    run = _run_folder(tmp_path)
+    for rank in (0, 1):
+        writer = JsonlWriter(run.metrics(rank))
+        for step in range(1, 481):
+            writer.write({"rank": rank, "step": step, "time": 1000.0 + step, "loss": 1.0 / step})
+        writer.close()
+    for rank in (0, 1):
+        _status(run, rank, "finished", 0)  # the script never told the heartbeat its step
+    handle = Run(run.root)
+    assert str(handle.status()) == "finished (step 480; ranks 0:finished@480, 1:finished@480)"
+    assert format_report(handle.report()).startswith("step analysis: 960 records logged, none with a step time")

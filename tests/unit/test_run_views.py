@@ -1,0 +1,247 @@
+"""One state shown everywhere (progress line, rate, ETA, "starting"), the derived metric columns and
+the views plots share (smoothing, median band, outliers).  Run folders are written by hand, as the
+ranks write them; no rank processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.support import REPO
+from workbench.config import JobConfig
+from workbench.launch.run import Run
+from workbench.launch.status import RankStatus, RunStatus, step_rate
+from workbench.runfolder.layout import RunDir, write_json_atomic
+from workbench.runfolder.writer import JsonlWriter
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def run_folder(tmp_path: Path, world: int = 2, steps: int = 50, **train) -> RunDir:
+    cfg = JobConfig.from_dict({"train": {"micro_batch_size": 8, **train}, "dist": {"procs_per_node": world},
+                               "launch": {"run_root": str(tmp_path)}})
+    run = RunDir(tmp_path / "run").prepare(cfg, "local", job_id=str(os.getpid()))  # this process: "live"
+    t0 = time.time() - steps * 0.1
+    for rank in range(world):
+        writer = JsonlWriter(run.metrics(rank))
+        for step in range(1, steps + 1):
+            writer.write({"rank": rank, "step": step, "time": t0 + 0.1 * step, "loss": 2.0 / step + 0.01 * rank,
+                          "loss_reduced": 2.0 / step, "lr": 1e-3, "step_time_s": 0.1, "mem_mb": 100.0})
+        writer.close()
+        write_json_atomic(run.status(rank), {"rank": rank, "state": "running", "step": steps, "time": time.time()})
+    return run
+
+
+def test_one_progress_line_for_dashboard_show_and_run(tmp_path, capsys):
+    from workbench.cli import main
+    from workbench.ui.dashboard import progress_text
+    from workbench.ui.state import read_state
+
+    run = run_folder(tmp_path)
+    JsonlWriter(run.events(0)).write({"event": "start", "rank": 0, "time": time.time(), "total_steps": 200,
+                                      "effective_batch": 16})
+    handle = Run.load(run.root)
+    status = handle.status()
+    line = status.progress_line()
+    assert line.startswith("running · step 50/200 (25%) · 10 steps/s · ETA 0:00:15"), line
+    state = read_state(handle, max_points=100)
+    assert state.line == line
+    assert "running</b> · step 50/200 (25%) · 10 steps/s · ETA 0:00:15" in progress_text(state)
+    main(["show", str(run.root)])
+    assert line in capsys.readouterr().out
+
+
+def test_rate_is_steady_with_one_late_rank_and_bursty_writes():
+    base = pd.DataFrame({"step": range(10, 2010, 10), "time": [100.0 + i for i in range(200)]})
+    frames = {0: base, 1: base.assign(time=base["time"] + 0.3), 2: base.iloc[:-3]}  # rank 2 a bit behind
+    assert step_rate(frames) == pytest.approx(10.0)
+    # records written in bursts (two at once every 2 s): the window keeps the rate at 10 steps/s
+    bursty = base.assign(time=[100.0 + 2 * (i // 2) for i in range(200)])
+    rates = [step_rate({0: bursty.iloc[:n]}) for n in range(20, 200)]
+    assert min(rates) > 8.5 and max(rates) < 11.5, (min(rates), max(rates))
+
+
+def test_eta_is_unknown_before_a_rate_and_zero_when_done():
+    ranks = [RankStatus(0, "starting")]
+    assert RunStatus("running", ranks, 0, 100).progress_line() == "running · step 0/100 (0%) · ETA unknown"
+    assert RunStatus("finished", ranks, 80, 100, steps_per_s=3.0).progress_line() == \
+        "finished · step 80/100 (100%) · 3 steps/s"
+
+
+
+
+def test_metrics_give_wall_time_elapsed_and_samples_and_keep_time(tmp_path):
+    run = run_folder(tmp_path, world=2, steps=20, grad_accum_steps=3)
+    frame = Run(run.root).metrics()
+    assert {"time", "wall_time", "elapsed_s", "samples"} <= set(frame.columns)
+    assert frame["time"].dtype == float  # Unix seconds, as before
+    assert str(frame["wall_time"].dtype).startswith("datetime64") and str(frame["wall_time"].dt.tz) == "UTC"
+    assert (frame["wall_time"].astype("int64") // 10**9 == frame["time"].astype("int64")).all()
+    created = json.loads(run.meta.read_text())["created"]  # the run folder's birth
+    assert np.allclose(frame["elapsed_s"], frame["time"] - created)
+    assert frame.loc[frame["step"] == 10, "samples"].tolist() == [10 * 8 * 3 * 2] * 2
+
+
+def test_ema_band_and_outliers():
+    from workbench.results.metricview import band, ema
+
+    values = np.array([1.0, 3.0, np.nan, 3.0])
+    smoothed = ema(values, 0.5)
+    assert smoothed[0] == 1.0 and np.isfinite(smoothed).all() and smoothed[-1] < 3.0
+    assert (ema(values, 0.0)[[0, 1, 3]] == values[[0, 1, 3]]).all()
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"rank": np.repeat(range(16), 100), "step": np.tile(range(100), 16),
+                          "loss": rng.random(1600)})
+    frame.loc[frame["rank"] == 11, "loss"] += 3.0
+    found = band(frame, "loss")
+    assert found.outliers == [11] and len(found.x) == 100
+    assert (found.low <= found.median).all() and (found.median <= found.high).all()
+
+
+# --- plots ---------------------------------------------------------------------------------------
+def sixteen_ranks(steps: int = 600, ranks: int = 16) -> pd.DataFrame:
+    step = np.tile(np.arange(1, steps + 1), ranks)
+    rank = np.repeat(np.arange(ranks), steps)
+    loss = 0.3 + 2.2 * np.exp(-step / 200) + 0.05 * np.sin(step * 12.9 + rank * 78.2) + 1.5 * (rank == 13)
+    return pd.DataFrame({"rank": rank, "step": step, "time": 1e9 + 0.1 * step, "loss": loss,
+                         "loss_reduced": 0.3 + 2.2 * np.exp(-step / 200), "lr": 1e-3, "step_time_s": 0.1,
+                         "samples_per_s": 320.0, "mem_mb": 800.0 + rank, "samples": step * 256,
+                         "elapsed_s": 0.1 * step})
+
+
+def test_many_ranks_draw_a_median_band_and_the_outlier_not_one_line_each():
+    from workbench.results.plots import plot_run, rank_colour
+
+    fig = plot_run(sixteen_ranks(), x="samples")
+    loss_ax = fig.axes[0]
+    assert loss_ax.get_legend_handles_labels()[1] == ["min-max of 16 ranks", "median", "reduced (all ranks)"]
+    outlier = [line for line in loss_ax.lines if line.get_gid() == "rank 13"]
+    assert len(outlier) == 1 and outlier[0].get_color() == rank_colour(13)
+    assert [t.get_text() for t in loss_ax.texts] == ["rank 13"]  # named at its line's end
+    assert loss_ax.get_xlabel() == "samples seen"
+    assert loss_ax.lines[0].get_xdata().max() == 600 * 256
+    titles = [ax.get_title(loc="left") for ax in fig.axes]
+    assert "peak memory (MiB)" in titles and "learning rate" in titles and titles[1].startswith("validation")
+    few = plot_run(sixteen_ranks(ranks=3), ranks=(0, 2))
+    assert [line.get_label() for line in few.axes[0].lines] == ["rank 0", "rank 2", "reduced (all ranks)"]
+
+
+def test_smoothing_keeps_the_raw_series_faint_behind_and_log_y_applies_to_loss():
+    from workbench.results.plots import plot_run
+
+    frame = sixteen_ranks(ranks=2)
+    evals = pd.DataFrame({"step": [200, 400, 600], "val_loss": [1.0, 0.6, 0.5], "val_accuracy": [0.5, 0.7, 0.8]})
+    fig = plot_run(frame, evals=evals, smooth=0.9, log_y=True)
+    loss_ax, val_ax = fig.axes[:2]
+    raw, smooth = loss_ax.lines[0], loss_ax.lines[1]
+    assert raw.get_alpha() == 0.25 and raw.get_label().startswith("_") and smooth.get_label() == "rank 0"
+    assert np.std(np.diff(smooth.get_ydata())) < np.std(np.diff(raw.get_ydata()))
+    assert loss_ax.get_yscale() == "log" and fig.axes[3].get_yscale() == "linear"
+    assert [line.get_label() for line in val_ax.lines] == ["val_loss", "val_accuracy"]
+
+
+def test_dark_theme_figure_has_dark_background_and_light_text():
+    from workbench.results.plots import plot_run
+
+    fig = plot_run(sixteen_ranks(ranks=2), theme="dark")
+    assert fig.get_facecolor()[:3] < (0.2, 0.2, 0.2)
+    title = fig.axes[0].title if fig.axes[0].get_title() else fig.axes[0]._left_title
+    assert sum(matplotlib_rgb(title.get_color())) > 2.4
+    with pytest.raises(ValueError, match="theme: 'blue' is not one of light, dark"):
+        plot_run(sixteen_ranks(ranks=2), theme="blue")
+
+
+def matplotlib_rgb(colour):
+    from matplotlib.colors import to_rgb
+
+    return to_rgb(colour)
+
+
+def test_metrics_plot_controls_and_hover(tmp_path):
+    from workbench.ui.plotview import MetricsPlot, parse_ranks
+
+    assert parse_ranks("all") is None and parse_ranks("0-2, 7") == (0, 1, 2, 7)
+    with pytest.raises(ValueError, match="ranks: 'x' is not a rank or a range"):
+        parse_ranks("1,x")
+    plot = MetricsPlot(frame=sixteen_ranks(ranks=2))
+    assert plot.live.full_draws == 1
+    plot.x.value = "elapsed_s"
+    assert plot.live.fig.axes[0].get_xlabel() == "elapsed time (s)"
+    plot.ranks.value = "1,x"
+    assert "not a rank" in plot.note.value
+    plot.ranks.value = "1"
+    assert [line.get_label() for line in plot.live.fig.axes[0].lines] == ["rank 1", "reduced (all ranks)"]
+    ax = plot.live.fig.axes[0]
+    line = ax.lines[0]
+    x_px, y_px = ax.transData.transform((line.get_xdata()[10], line.get_ydata()[10]))
+
+    class Event:
+        inaxes, x, y = ax, x_px, y_px
+
+    plot._on_hover(Event)
+    assert "rank 1 · elapsed time (s)" in plot.hover.value
+
+
+def test_a_6000_step_and_a_16_rank_run_are_readable_at_1100_px():
+    """Saved for a person to look at (test-artifacts/); asserted: loss still visible after 3% of the
+    run with log-y and smoothing, and the figure is 1100 px wide."""
+    from workbench.results.plots import plot_run
+
+    artifacts = REPO / "test-artifacts"
+    artifacts.mkdir(exist_ok=True)
+    long = sixteen_ranks(steps=6000, ranks=2)
+    long["loss"] = 0.05 + 3.0 * np.exp(-long["step"] / 150) + 0.02 * np.sin(long["step"] * 0.37 + long["rank"])
+    for name, frame, options in (("plot-6000-steps.png", long, {"log_y": True, "smooth": 0.9}),
+                                 ("plot-16-ranks.png", sixteen_ranks(steps=2000), {"smooth": 0.6}),
+                                 ("plot-16-ranks-dark.png", sixteen_ranks(steps=2000), {"theme": "dark"})):
+        fig = plot_run(frame, **options)
+        fig.savefig(artifacts / name, dpi=100)
+        assert fig.get_figwidth() * 100 <= 1110
+    low, high = fig.axes[0].get_ylim()
+    assert high / max(low, 1e-9) > 1
+
+
+def test_the_plot_follows_jupyterlabs_saved_theme(tmp_path, monkeypatch):
+    from workbench.ui.plotview import lab_theme
+
+    monkeypatch.setenv("JUPYTERLAB_SETTINGS_DIR", str(tmp_path))
+    assert lab_theme() == "light"  # nothing saved: JupyterLab's default
+    path = tmp_path / "@jupyterlab" / "apputils-extension" / "themes.jupyterlab-settings"
+    path.parent.mkdir(parents=True)
+    path.write_text('{\n  // the user picked it in Settings > Theme\n  "theme": "JupyterLab Dark"\n}')
+    assert lab_theme() == "dark"
+    path.write_text("{not json")
+    assert lab_theme() == "light"
+
+
+def test_a_rank_that_differs_from_ranks_in_exact_agreement_is_an_outlier():
+    from workbench.results.metricview import band
+
+    frame = pd.DataFrame({"rank": np.repeat(range(12), 50), "step": np.tile(range(50), 12), "step_time_s": 0.1})
+    frame.loc[frame["rank"] == 5, "step_time_s"] = 0.12
+    found = band(frame, "step_time_s")
+    assert found.outliers == [5] and (found.high == 0.1).all()
+    assert band(frame[frame["rank"] != 5], "step_time_s").outliers == []
+
+
+def test_the_live_straggler_verdict_and_the_finished_runs_verdict_agree(tmp_path):
+    from workbench.launch.status import RunStatus
+
+    run = run_folder(tmp_path, world=2, steps=60)
+    for rank, comm in ((0, 0.04), (1, 0.001)):  # rank 1 does more work per step; rank 0 waits for it
+        writer = JsonlWriter(run.metrics(rank))
+        for step in range(61, 3000):
+            writer.write({"rank": rank, "step": step, "time": 2e9 + step, "loss": 1.0, "step_time_s": 0.1,
+                          "comm_wait_s": comm, "data_time_s": 0.0})
+        writer.close()
+    handle = Run.load(run.root)
+    live = handle.health(RunStatus("running"))["stragglers"]  # over 2,000 evenly spaced steps per rank
+    final = handle.health(RunStatus("finished"))["stragglers"]  # over every record
+    assert list(live) == list(final) == [1] == Run.load(run.root).stragglers()["rank"].tolist()
+    assert handle.report()["stragglers"]["rank"].tolist() == [1]

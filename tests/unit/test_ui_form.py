@@ -1,0 +1,76 @@
+"""The form parses numbers strictly and writes problems under the field; the scaling table says when
+it is stale, highlights the config's own rule and notes what accumulation does; Submit makes one
+run per click, however fast the clicks come."""
+from __future__ import annotations
+
+import ipywidgets as w
+import pytest
+
+from workbench.config import JobConfig
+from workbench.ui import ConfigForm, ScalingView, Workbench
+from workbench.ui.fields import field_spec, from_widget
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("typed", ["2.5", "abc", "1e3", "", "4 4"])
+def test_int_fields_reject_anything_but_a_whole_number(typed):
+    spec = field_spec("train.grad_accum_steps", int)
+    value, problem = from_widget(spec, typed)
+    assert value is None and problem.startswith("train.grad_accum_steps: expected a whole number (e.g. 4), got ")
+    assert from_widget(spec, " 12 ") == (12, None) and from_widget(spec, "-3") == (-3, None)
+
+
+
+@pytest.mark.timeout(60)
+def test_a_typed_2_5_is_an_error_under_the_field_not_25():
+    form = ConfigForm()
+    before = form.last_valid
+    widget = form.widget_for("train.grad_accum_steps")
+    assert isinstance(widget, w.Text)
+    widget.value = "2.5"
+    row = form.rows["train.grad_accum_steps"]
+    assert form.problems == ["train.grad_accum_steps: expected a whole number (e.g. 4), got '2.5'"]
+    assert row.error.layout.display != "none" and "got &#x27;2.5&#x27;" in row.error.value
+    assert form.last_valid == before  # nothing changed behind the user's back
+    widget.value = "abc"
+    assert "got &#x27;abc&#x27;" in row.error.value and widget.value == "abc"  # not silently reverted
+    widget.value = "3"
+    assert form.config.train.grad_accum_steps == 3 and row.error.layout.display == "none"
+
+
+
+@pytest.mark.timeout(60)
+def test_the_table_says_when_it_shows_the_last_valid_config():
+    form = ConfigForm()
+    view = ScalingView(form)
+    assert view.stale.value == ""
+    form.widget_for("train.micro_batch_size").value = "abc"
+    assert "last valid config" in view.stale.value and "train.micro_batch_size" in view.stale.value
+    assert view.table.layout.opacity == "0.55"
+    form.widget_for("train.micro_batch_size").value = "16"
+    assert view.stale.value == "" and view.table.layout.opacity == "1"
+
+
+
+@pytest.mark.timeout(60)
+def test_compare_all_rules_highlights_only_the_configs_rule_and_accumulation_is_noted():
+    cfg = JobConfig.from_dict({"scaling": {"rule": "sqrt"}, "train": {"grad_accum_steps": 4}})
+    view = ScalingView(ConfigForm(cfg))
+    view.rule.value = "compare"
+    chosen = view.frame[view.frame["selected"]]
+    assert chosen[["world_size", "rule"]].values.tolist() == [[cfg.world_size, "sqrt"]]
+    assert view.table.value.count('class="wb-selected"') == 1
+    assert "wb-accum-note" in view.note.value and "keys on world size only" in view.note.value
+    assert "wb-accum-note" not in ScalingView(ConfigForm()).note.value  # no accumulation: no note
+
+
+
+@pytest.mark.timeout(60)
+def test_form_and_table_sit_side_by_side_and_the_form_scrolls_in_its_box(tmp_path):
+    app = Workbench(JobConfig.from_dict({"launch": {"run_root": str(tmp_path)}}))
+    top = app.widget.children[0]
+    assert isinstance(top, w.HBox) and top.layout.flex_flow == "row wrap"
+    form_box, side = top.children
+    assert app.form.widget in form_box.children and app.scaling.widget in side.children
+    assert form_box.layout.overflow == "auto" and form_box.layout.max_height
+
