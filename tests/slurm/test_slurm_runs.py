@@ -93,22 +93,6 @@ def test_bad_partition_fails_before_submission(slurm_cluster, tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
-@pytest.mark.timeout(600)
-def test_time_limit_signal_checkpoints_requeues_and_resumes(slurm_cluster, tmp_path):
-    """A real 2-minute time limit: SLURM sends USR2 30 s before it (workbench asks for
-    --signal=USR2@30 on limits up to 5 minutes, @90 beyond); every rank checkpoints at the same
-    step, submitit requeues the job, and the next attempt resumes and finishes."""
-    cfg = _cfg(tmp_path, slurm_cluster, 1, 2, max_steps=1100, checkpoint_every_steps=100000)
-    cfg = cfg.replace(launch__time_limit="2")
-    run = workbench.submit(cfg, task=functools.partial(slow, 0.1, n_train=65536, n_val=128))
-    status = run.wait(timeout=560)
-    assert status.state == "finished", (run.exception(), run.logs(0))
-    events = run.events()
-    assert "preempted" in set(events["event"]) and "resume" in set(events["event"])
-    frame = run.metrics()
-    assert frame.groupby("rank")["step"].apply(list).tolist() == [list(range(1, 1101))] * 2
-
-
 def _tree(folder: Path) -> set[str]:
     """The run folder's layout: its top-level entries and the per-rank files (logs and pickles aside)."""
     kinds = ("metrics", "events", "status")

@@ -109,6 +109,23 @@ def test_slurm_parameters_follow_the_config():
     assert short["signal_delay_s"] == 30  # a short job is warned 30 s ahead, not 90
 
 
+def test_a_time_limit_job_asks_slurm_for_the_warning_signal_and_is_requeued_on_it(tmp_path):
+    """The time-limit path, as SLURM gets it: the sbatch text submitit writes for a 2-minute limit
+    asks for USR2 30 s before the limit (the signal every rank checkpoints on, as the real preemption
+    test on the SLURM cluster shows, where submitit requeues the job and the next attempt resumes)."""
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    cfg = JobConfig.from_dict({"dist": {"nodes": 1, "procs_per_node": 2},
+                               "launch": {"executor": "slurm", "time_limit": "2", "run_root": str(tmp_path)}})
+    run = RunDir(tmp_path / "run").create()
+    params = slurm_parameters(cfg, run)
+    text = _make_sbatch_string(command="python -u -m submitit.core._submit x", folder=run.logs, **params)
+    lines = {line.strip() for line in text.splitlines()}
+    assert {"#SBATCH --time=2", "#SBATCH --signal=USR2@30", "#SBATCH --ntasks-per-node=2",
+            "#SBATCH --open-mode=append"} <= lines, text
+    assert f"#SBATCH --comment='workbench run {run.root}'" in lines
+
+
 def test_sbatch_script_runs_one_torchrun_per_node():
     cfg = JobConfig.from_dict({"dist": {"nodes": 2, "procs_per_node": 4},
                                "launch": {"executor": "slurm", "name": "big", "slurm": {"cpus_per_task": 2}}})
