@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 import workbench
-from tests.support.lifecycle import report, run_processes
-from tests.support.tasks_for_tests import failing_at
+from tests.support.lifecycle import ENDLESS, report, run_processes, wait_for_step
+from tests.support.tasks_for_tests import failing_at, gated
 from workbench.config import JobConfig
 
 pytestmark = [pytest.mark.ddp, pytest.mark.timeout(240)]
@@ -109,10 +109,8 @@ def test_a_killed_rank_is_named_and_the_others_stop(tmp_path):
 
 
 def test_cancel_stops_every_rank_and_keeps_results(tmp_path):
-    run = workbench.submit(_cfg(tmp_path, max_steps=1000000, checkpoint_every_steps=20))
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and (not len(run.metrics()) or run.metrics()["step"].max() < 30):
-        time.sleep(0.2)
+    run = workbench.submit(_cfg(tmp_path, **ENDLESS, checkpoint_every_steps=20))  # only the cancel ends it
+    wait_for_step(run, 30, timeout=90)
     started = time.monotonic()
     run.cancel()
     status = run.wait(timeout=60)
@@ -151,14 +149,14 @@ def test_cli_run_prints_per_rank_results_and_fails_on_bad_config(tmp_path):
 def test_preemption_signal_checkpoints_requeues_and_resumes_with_continuous_steps(tmp_path):
     import signal
 
-    from tests.support.tasks_for_tests import slow
     from workbench.runfolder.layout import read_json
 
     cfg = _cfg(tmp_path, max_steps=60, checkpoint_every_steps=1000)
-    run = workbench.submit(cfg, task=functools.partial(slow, 0.05, n_train=2048, n_val=256, dropout=0.1))
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and (not len(run.metrics()) or run.metrics()["step"].max() < 10):
-        time.sleep(0.1)
+    # the ranks hold after step 10 until the signal reaches them: the run cannot end unpreempted
+    task = functools.partial(gated, str(tmp_path / "gate"), 10, delay_s=0.05, open_on_signal=True, n_train=2048,
+                             n_val=256, dropout=0.1)
+    run = workbench.submit(cfg, task=task)
+    wait_for_step(run, 10, timeout=90)
     pids = [read_json(run.dir.status(r))["pid"] for r in (0, 1)]
     for pid in pids:
         os.kill(pid, signal.SIGUSR2)  # what SLURM / submitit send before a time limit

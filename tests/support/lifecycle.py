@@ -15,6 +15,10 @@ from workbench.runfolder.layout import PoolDir, RunDir, read_json
 
 OPTIONS = {"n_train": 2048, "n_val": 256}
 CLI = [sys.executable, "-m", "workbench.cli"]
+ENDLESS = {"epochs": 10**6, "max_steps": 10**9}
+"""Train limits no test run reaches: a test that waits for a step and then acts on the run (cancels it,
+kills or signals a process) must be what ends it, however slow the machine; it ends the run itself."""
+GATED = "tests.support.tasks_for_tests:gated"
 
 
 def cfg(tmp_path: Path, task: str = "synthetic", options: dict[str, Any] | None = None, **train: Any) -> JobConfig:
@@ -31,6 +35,13 @@ def cfg(tmp_path: Path, task: str = "synthetic", options: dict[str, Any] | None 
 def slow_task_cfg(tmp_path: Path, delay_s: float = 0.03, **train: Any) -> JobConfig:
     """A config naming the slowed synthetic task by module (usable from YAML, the CLI, a subprocess)."""
     return cfg(tmp_path, "tests.support.tasks_for_tests:slow", {"delay_s": delay_s}, **train)
+
+
+def gated_cfg(tmp_path: Path, at_step: int, delay_s: float = 0.0, **train: Any) -> tuple[JobConfig, Path]:
+    """A config whose ranks hold before step `at_step` + 1 until the returned gate file exists
+    (tasks_for_tests.gated): the run cannot pass `at_step`, nor end by itself, before the test opens it."""
+    gate = tmp_path / "gate"
+    return cfg(tmp_path, GATED, {"gate": str(gate), "at_step": at_step, "delay_s": delay_s}, **train), gate
 
 
 def run_processes(folder: Path) -> list[str]:
@@ -56,11 +67,16 @@ def assert_nothing_left(folder: Path) -> None:
 
 
 def wait_for_step(run: Any, step: int, timeout: float = 120) -> int:
+    """Wait until every rank has reached `step`; returns the step reached.  Each poll is one
+    `run.status()`: the ranks' status files (their heartbeat's step) and only the metrics records
+    logged since the last poll, never a full metrics read.  A run that ends first fails at once."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        reached = run.status().step
-        if reached >= step:
-            return reached
+        status = run.status()
+        if status.step >= step:
+            return status.step
+        if status.done:
+            raise AssertionError(f"run {run.folder} ended before step {step}: {status}")
         time.sleep(0.1)
     raise AssertionError(f"run {run.folder} did not reach step {step} in {timeout} s: {run.status()}")
 

@@ -6,6 +6,7 @@ import os
 import signal
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from workbench.engine.builtin_tasks import synthetic_classification
@@ -63,6 +64,30 @@ def slow_on(rank: int, delay_s: float, **options) -> Task:
     if int(os.environ["RANK"]) != rank:
         return synthetic_classification(**options)
     return task
+
+
+def gated(gate: str, at_step: int, delay_s: float = 0.0, open_on_signal: bool = False, **options) -> Task:
+    """The synthetic task (each training micro-step slowed by `delay_s`), except that every rank holds
+    before its training step `at_step` + 1 until the file `gate` exists: the run cannot pass `at_step`,
+    nor end by itself, before the test opens the gate.  With `open_on_signal` the rank's preemption
+    signal (SIGUSR2) opens it, after the engine's own handler has seen the signal: the run cannot pass
+    `at_step` before it was preempted.  A later attempt (requeued, restarted) finds the gate open."""
+    path = Path(gate)
+    if open_on_signal:
+        engine_handler = signal.getsignal(signal.SIGUSR2)
+
+        def handler(signum, frame):
+            if callable(engine_handler):
+                engine_handler(signum, frame)  # workbench.engine.preempt: the flag the loop acts on
+            path.touch()
+
+        signal.signal(signal.SIGUSR2, handler)
+
+    def hold(task: Task) -> None:
+        while not path.exists():
+            time.sleep(0.01)
+
+    return _on_training_call(slow(delay_s, **options), int(os.environ["RANK"]), at_step + 1, hold)
 
 
 def diverging_at(step_calls: int, rank: int = 1, **options) -> Task:
