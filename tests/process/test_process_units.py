@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -28,13 +27,15 @@ pytestmark = pytest.mark.timeout(60)
 def test_ending_a_group_kills_a_stopped_leader_and_its_children(tmp_path):
     parent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
                                "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
-                               "time.sleep(60)"], start_new_session=True)
-    time.sleep(0.5)
+                               "print('started', flush=True); time.sleep(60)"], start_new_session=True,
+                              stdout=subprocess.PIPE, text=True)
+    assert parent.stdout.readline() == "started\n"  # its child exists before the leader is stopped
     proc = Proc.of(parent.pid, group=True)
     parent.send_signal(signal.SIGSTOP)  # a stopped process ignores SIGTERM until SIGKILL
     assert proc.group_alive()
     assert end([proc], grace_s=0.5) == []
     parent.wait(timeout=5)
+    parent.stdout.close()
     assert not proc.group_alive()
 
 
