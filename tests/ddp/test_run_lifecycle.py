@@ -17,10 +17,12 @@ import pytest
 import workbench
 from tests.support.lifecycle import (
     CLI,
+    ENDLESS,
     OPTIONS,
     assert_nothing_left,
     cfg,
     checkpoint_steps,
+    gated_cfg,
     metric_steps,
     report,
     run_processes,
@@ -48,7 +50,8 @@ def test_killing_the_submitters_process_group_leaves_the_run_training(tmp_path):
     from workbench.ui.state import read_state
 
     path = tmp_path / "job.yaml"
-    slow_task_cfg(tmp_path, 0.03, max_steps=120, checkpoint_every_steps=20).to_yaml(path)
+    job, gate = gated_cfg(tmp_path, 10, 0.03, max_steps=120, checkpoint_every_steps=20)  # holds after step 10
+    job.to_yaml(path)
     kernel = subprocess.Popen([sys.executable, "-c", SUBMITTER, str(path)], stdout=subprocess.PIPE, text=True,
                               start_new_session=True)
     folder = __import__("pathlib").Path(kernel.stdout.readline().strip())
@@ -65,6 +68,7 @@ def test_killing_the_submitters_process_group_leaves_the_run_training(tmp_path):
     report("kernel restart -> Run.load shows the run still running", time.monotonic() - killed)
     assert state.state == "running" and not state.failure, state
     assert all(b.state == "running" for b in state.badges)
+    gate.touch()
     wait_for_step(reattached, at_kill + 10, timeout=60)  # it trains on without its submitter
     status = reattached.wait(timeout=240)
     assert status.state == "finished", reattached.exception()
@@ -77,7 +81,7 @@ def test_killing_the_submitters_process_group_leaves_the_run_training(tmp_path):
 def test_a_stopped_rank_is_named_lost_and_killed_with_the_run(tmp_path):
     """SIGSTOP (a hung rank): its neighbour reports it lost after rankstate.LOST_AFTER_S, every
     rank's agent ends its worker, and the stopped process does not survive."""
-    run = workbench.submit(cfg(tmp_path, max_steps=100000, checkpoint_every_steps=10, dist={"timeout_s": 600}),
+    run = workbench.submit(cfg(tmp_path, **ENDLESS, checkpoint_every_steps=10, dist={"timeout_s": 600}),
                            task=functools.partial(slow, 0.02, **OPTIONS))
     wait_for_step(run, 12)
     stopped = read_json(run.dir.status(1))["pid"]
@@ -97,7 +101,7 @@ def test_a_stopped_rank_is_named_lost_and_killed_with_the_run(tmp_path):
 
 def _start_cli(tmp_path, *extra):
     path = tmp_path / "job.yaml"
-    slow_task_cfg(tmp_path, 0.03, max_steps=100000, checkpoint_every_steps=10).to_yaml(path)
+    slow_task_cfg(tmp_path, 0.03, **ENDLESS, checkpoint_every_steps=10).to_yaml(path)
     proc = subprocess.Popen([*CLI, "run", str(path), "--quiet", *extra], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     line = proc.stdout.readline()
@@ -139,7 +143,7 @@ def test_killing_the_cli_outright_still_stops_its_run(tmp_path):
 def test_a_failing_follow_loop_cancels_the_run(tmp_path):
     """`workbench run ... | head -2`: the reader goes away, the next progress line fails (EPIPE)."""
     path = tmp_path / "job.yaml"
-    slow_task_cfg(tmp_path, 0.03, max_steps=100000, checkpoint_every_steps=10).to_yaml(path)
+    slow_task_cfg(tmp_path, 0.03, **ENDLESS, checkpoint_every_steps=10).to_yaml(path)
     proc = subprocess.Popen([*CLI, "run", str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     folder = __import__("pathlib").Path(proc.stdout.readline().split("run folder:")[1].strip())
@@ -158,7 +162,7 @@ def test_a_failing_follow_loop_cancels_the_run(tmp_path):
 
 def test_a_detached_run_goes_on_is_followed_and_cancelled_by_command(tmp_path):
     path = tmp_path / "job.yaml"
-    slow_task_cfg(tmp_path, 0.03, max_steps=100000, checkpoint_every_steps=10).to_yaml(path)
+    slow_task_cfg(tmp_path, 0.03, **ENDLESS, checkpoint_every_steps=10).to_yaml(path)
     detached = subprocess.run([*CLI, "run", str(path), "--detach"], capture_output=True, text=True, timeout=60)
     assert detached.returncode == 0, detached.stderr
     folder = __import__("pathlib").Path(detached.stdout.split("run folder:")[1].split()[0])
