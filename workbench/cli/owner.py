@@ -6,6 +6,7 @@ the run's controller for it (``submit(stop_with_caller=True)``).  ``--detach`` l
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 from collections.abc import Iterator
@@ -49,13 +50,20 @@ def _note(signum: int, frame: FrameType | None) -> None:
     _say(f"[workbench] {signal.Signals(signum).name} again: still stopping the run")
 
 
+def _handled(sig: int) -> bool:
+    """Whether the command answers `sig`: SIGINT always (a shell starts a background job, `cmd &` in
+    a script, with SIGINT ignored, yet Ctrl-C or `kill -INT` is meant to stop it, as it stops
+    torchrun); SIGTERM and SIGHUP unless the command was started ignoring them (`nohup workbench run
+    ...` survives the terminal)."""
+    return sig == signal.SIGINT or signal.getsignal(sig) != signal.SIG_IGN
+
+
 @contextlib.contextmanager
 def stop_signals_interrupt() -> Iterator[None]:
     """SIGINT, SIGTERM and SIGHUP raise Interrupted in the main thread while inside, at its safe
-    points (`check_stop`, and leaving the block); a signal the command was started ignoring stays
-    ignored (`nohup workbench run ...` survives the terminal)."""
+    points (`check_stop`, and leaving the block); see `_handled` for a signal started ignored."""
     _pending.clear()
-    previous = {sig: signal.signal(sig, _defer) for sig in STOP_SIGNALS if signal.getsignal(sig) != signal.SIG_IGN}
+    previous = {sig: signal.signal(sig, _defer) for sig in STOP_SIGNALS if _handled(sig)}
     try:
         yield
         check_stop()  # one that came as the block ended is not lost
@@ -69,10 +77,11 @@ def cancel_owned(run: Any, why: str) -> Any:
     """Cancel `run` because its owner is stopping; further signals only say it is in progress.
     Returns the final status (or None if the ranks did not all stop in time)."""
     for sig in STOP_SIGNALS:
-        if signal.getsignal(sig) != signal.SIG_IGN:
+        if _handled(sig):
             signal.signal(sig, _note)
     _say(f"[workbench] {why}: cancelling the run (every rank stops; checkpoints and metrics stay)")
-    run.cancel()
+    where = f"the workbench command (pid {os.getpid()})"
+    run.cancel(by=f"{why} to {where}" if why.startswith("SIG") else f"{why} in {where}")
     try:
         return run.wait(timeout=CANCEL_WAIT_S)
     except TimeoutError:

@@ -60,6 +60,8 @@ def user_traceback(exc: BaseException) -> str:
 def _user_frames(stack: traceback.StackSummary, framework: tuple[str, ...],
                  library: tuple[str, ...]) -> list[traceback.FrameSummary]:
     def inside(frame: traceback.FrameSummary, folders: tuple[str, ...]) -> bool:
+        if frame.filename == "<frozen runpy>":  # runpy as Python 3.11+ freezes it
+            return True
         name = os.path.realpath(frame.filename)
         return name.startswith(folders) or name == os.path.realpath(runpy.__file__)
 

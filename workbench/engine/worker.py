@@ -40,10 +40,42 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _terminate)
     attempt = int(os.environ.get(ATTEMPT_ENV, "0"))
+    line_buffered()
     try:
         return run_job(args.run_dir, attempt, exit_after_engine=True)
     except Terminated as exc:
         return 128 + signal.Signals[str(exc)].value
+    except Exception as exc:  # noqa: BLE001 - every failure is shown once, in the user's frames
+        show_failure(exc, args.run_dir, attempt)
+        return 1
+
+
+def line_buffered() -> None:
+    """stdout and stderr line-buffered, as PYTHONUNBUFFERED=1 would have them (a rank's output goes
+    to a file, which Python block-buffers): a script's print() without flush reaches the log, and
+    the terminal of `workbench launch`, as it is printed.  A user who set PYTHONUNBUFFERED has
+    unbuffered streams already."""
+    if os.environ.get("PYTHONUNBUFFERED"):
+        return
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, ValueError):  # replaced by something that cannot
+            stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+
+
+def show_failure(exc: BaseException, run_dir: str, attempt: int) -> None:
+    """Print the exception on the rank's stderr as its error file has it: the user's frames only
+    (WORKBENCH_TRACEBACK=full: every frame).  An exception raised before the rank could record it
+    prints whole, so that its agent can read it back from the log."""
+    import traceback
+
+    from workbench.engine.userframes import user_traceback
+    from workbench.runfolder.layout import RunDir
+
+    recorded = RunDir(run_dir).read_error(int(os.environ.get("RANK", "-1")))
+    full = os.environ.get("WORKBENCH_TRACEBACK") == "full" or not recorded or recorded.get("attempt") != attempt
+    with contextlib.suppress(Exception):
+        sys.stderr.write("".join(traceback.format_exception(exc)) if full else user_traceback(exc))
+        sys.stderr.flush()
 
 
 def run_job(run_dir: str, attempt: int = 0, exit_after_engine: bool = False) -> int:

@@ -1,0 +1,110 @@
+"""How fast a launcher shows what a rank printed, and how fast it names a failure and exits:
+`workbench launch` vs `torchrun --standalone`, side by side, alternating rounds.
+
+The same plain script (bench/failing_script.py, no workbench import), 2 ranks on this machine:
+
+- print lag: rank 0 prints a line every 0.25 s without flush, with the time it printed it; the lag
+  is when the line arrives on the launcher's stdout (a pipe, as under `| tee` or a CI log) minus
+  that time.
+- failure: rank 1 raises after 20 steps, noting when; measured from then: the first line naming the
+  error ("injected failure"), the launcher's summary naming the failed rank (workbench's
+  "[workbench] rank 1 ... raised" line; torchrun's "Root Cause" block), the launcher's exit; and
+  how many stderr lines and tracebacks the user got.
+
+    python bench/failure_latency.py [--rounds 5] [--lines 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+SCRIPT = Path(__file__).with_name("failing_script.py")
+SUMMARY = {"torchrun": re.compile(r"Root Cause"), "workbench": re.compile(r"^\[workbench\] rank 1\b.*raised")}
+
+
+def command(launcher: str, folder: Path) -> list[str]:
+    if launcher == "torchrun":
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    return [sys.executable, "-m", "workbench.cli", "launch", "--nproc", "2",
+            "--set", f"launch.run_root={folder / 'runs'}"]
+
+
+def run_timed(cmd: list[str]) -> tuple[list[tuple[float, str, str]], float, int]:
+    """Run `cmd`; every line of its stdout and stderr with the time it arrived; exit time and code."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "PYTHONUNBUFFERED")}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    lines: list[tuple[float, str, str]] = []
+    lock = threading.Lock()
+
+    def read(stream, name):
+        for raw in iter(stream.readline, b""):
+            with lock:
+                lines.append((time.time(), name, raw.decode(errors="replace").rstrip("\n")))
+
+    readers = [threading.Thread(target=read, args=(proc.stdout, "out")),
+               threading.Thread(target=read, args=(proc.stderr, "err"))]
+    for t in readers:
+        t.start()
+    code = proc.wait(timeout=600)
+    ended = time.time()
+    for t in readers:
+        t.join()
+    return sorted(lines), ended, code
+
+
+def print_lag(launcher: str, folder: Path, lines: int) -> float:
+    found, _, code = run_timed([*command(launcher, folder), str(SCRIPT), "print", str(lines), "0.25"])
+    lags = [at - float(m.group(1)) for at, _, text in found if (m := re.search(r"tick \d+ ([\d.]+)", text))]
+    if code != 0 or len(lags) != lines:
+        raise RuntimeError(f"{launcher}: exit {code}, {len(lags)} of {lines} lines")
+    return statistics.median(lags)
+
+
+def failure(launcher: str, folder: Path) -> dict[str, float]:
+    out = folder / f"raised-{time.monotonic_ns()}.json"
+    found, ended, code = run_timed([*command(launcher, folder), str(SCRIPT), "fail", str(out)])
+    raised = json.loads(out.read_text())["raised_at"]
+    named = next((at for at, _, text in found if "injected failure" in text), float("nan"))
+    summary = next((at for at, _, text in found if SUMMARY[launcher].search(text)), float("nan"))
+    err = [text for _, kind, text in found if kind == "err"]
+    return {"named_s": named - raised, "summary_s": summary - raised, "exit_s": ended - raised, "code": code,
+            "stderr_lines": len(err), "tracebacks": sum("Traceback" in t for t in err)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--lines", type=int, default=20)
+    args = parser.parse_args()
+    folder = Path(tempfile.mkdtemp(prefix="failure-bench-"))
+    lags: dict[str, list[float]] = {"torchrun": [], "workbench": []}
+    fails: dict[str, list[dict[str, float]]] = {"torchrun": [], "workbench": []}
+    for i in range(args.rounds):
+        order = ("torchrun", "workbench") if i % 2 == 0 else ("workbench", "torchrun")
+        for name in order:
+            lags[name].append(print_lag(name, folder, args.lines))
+            fails[name].append(failure(name, folder))
+        print(f"round {i + 1}: " + "; ".join(
+            f"{name}: print lag {lags[name][-1]:.3f} s, error shown {fails[name][-1]['named_s']:.2f} s, "
+            f"summary {fails[name][-1]['summary_s']:.2f} s, exit {fails[name][-1]['exit_s']:.2f} s "
+            f"(code {fails[name][-1]['code']}, {fails[name][-1]['stderr_lines']} stderr lines, "
+            f"{fails[name][-1]['tracebacks']} tracebacks)" for name in ("torchrun", "workbench")), flush=True)
+    for name in ("torchrun", "workbench"):
+        med = {k: statistics.median(f[k] for f in fails[name]) for k in fails[name][0]}
+        print(f"{name:9s} median: print lag {statistics.median(lags[name]):.3f} s; from the raise: error shown "
+              f"{med['named_s']:.2f} s, summary {med['summary_s']:.2f} s, exit {med['exit_s']:.2f} s; "
+              f"{med['stderr_lines']:.0f} stderr lines, {med['tracebacks']:.0f} tracebacks")
+
+
+if __name__ == "__main__":
+    main()
