@@ -10,6 +10,13 @@ BUILTINS = {
     "charlm": "workbench.engine.builtin_tasks:char_lm",
 }
 
+BUILTIN_OPTIONS = {
+    "synthetic": ("n_train", "n_val", "dim", "classes", "hidden", "noise", "dropout", "data_seed"),
+    "charlm": ("block_size", "d_model", "n_head", "n_layer", "dropout", "val_fraction"),
+}
+"""The options each built-in task takes (its factory's parameters, read here without importing torch;
+tests/unit/test_task_binding.py holds them to the signatures)."""
+
 
 def task_name_problem(name: str) -> str | None:
     """Why `name` cannot name a task (None when it looks usable); imports nothing."""

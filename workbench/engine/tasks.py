@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from workbench.config.tasknames import BUILTINS, task_name_problem
+from workbench.config.tasknames import BUILTIN_OPTIONS, BUILTINS, task_name_problem
+from workbench.errors import ConfigError
 
 if TYPE_CHECKING:
     from workbench.runfolder.layout import RunDir
@@ -143,3 +145,100 @@ def _keys(keys: list[str], what: str) -> str:
 def factory_label(factory: Callable[..., Any]) -> str:
     """A readable name for a factory object, stored in the config snapshot."""
     return f"<{getattr(factory, '__module__', '?')}.{getattr(factory, '__qualname__', repr(factory))}>"
+
+
+# --- binding a factory to task.options (checked at submit, before any process starts) ---------------
+
+
+def options_problem(factory: Callable[..., Any], options: Mapping[str, Any], name: str | None = None) -> str | None:
+    """Why ``factory(**options)`` cannot be called, as one "task.options: ..." line naming the options and
+    the fix; None when the options bind to the factory's signature (or it has none Python can read)."""
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):
+        return None  # a callable without a readable signature (a C extension): the ranks will tell
+    return _bind_problem(signature, options, name or getattr(factory, "__qualname__", None)
+                         or factory_label(factory).strip("<>"))
+
+
+def named_task_problem(name: str, options: Mapping[str, Any]) -> str | None:
+    """The task a config names, against its task.options, as one line (None when it binds): a built-in's
+    parameters are known without importing it; a "package.module:factory" is imported (its module's
+    code runs here) and its signature bound, so a missing module or attribute is found before any rank."""
+    if name.startswith("<"):
+        return None  # a Python object given as task= (bound by factory_options) or a script/function job
+    if name in BUILTIN_OPTIONS:
+        unknown = [key for key in options if key not in BUILTIN_OPTIONS[name]]
+        return (f"task.options: the built-in task {name} does not take {', '.join(unknown)}; remove "
+                f"{_them(unknown)} (it takes {', '.join(BUILTIN_OPTIONS[name])})") if unknown else None
+    try:
+        factory = resolve_factory(name)
+    except Exception as exc:  # noqa: BLE001 - whatever importing the user's module raised is theirs to fix
+        return _import_problem(name, exc)
+    if not callable(factory):
+        return f"task.name: {name} is {type(factory).__name__}, not a function; name a task factory (module:function)"
+    return options_problem(factory, options, name.partition(":")[2])
+
+
+def _import_problem(name: str, exc: Exception) -> str:
+    module, _, attr = name.partition(":")
+    if isinstance(exc, ValueError) and str(exc).startswith("task.name:"):
+        return str(exc)
+    if isinstance(exc, ModuleNotFoundError):
+        return (f"task.name: {name}: importing {module} failed: {exc}; install it or add its folder to "
+                "PYTHONPATH (the ranks need it too)")
+    if isinstance(exc, AttributeError):
+        return f"task.name: {name}: module {module} has no {attr}; check the name after the colon"
+    return f"task.name: {name}: importing {module} raised {type(exc).__name__}: {exc}; fix the module"
+
+
+def _bind_problem(signature: inspect.Signature, options: Mapping[str, Any], name: str) -> str | None:
+    try:
+        signature.bind(**options)
+    except TypeError as exc:
+        return _unbound(signature, options, name, exc)
+    return None
+
+
+def _unbound(signature: inspect.Signature, options: Mapping[str, Any], name: str, exc: TypeError) -> str:
+    params = signature.parameters.values()
+    by_name = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params)
+    unknown = [] if takes_any else [key for key in options if key not in by_name]
+    if unknown:
+        takes = f"it takes {', '.join(sorted(by_name))}" if by_name else "it takes no options"
+        return (f"task.options: {name}() does not take {', '.join(unknown)} ({takes}); remove {_them(unknown)} "
+                f"from task.options, or add {_them(unknown)} to {name}'s parameters")
+    missing = [p.name for p in params if p.default is p.empty and p.name in by_name and p.name not in options]
+    if missing:
+        return (f"task.options: {name}() needs {', '.join(missing)}, which task.options does not set; set "
+                f"task.options.{missing[0]}, or give {name}'s parameter a default")
+    return f"task.options: {name}() cannot be called with them ({exc}); make task.options match its parameters"
+
+
+def factory_options(factory: Callable[..., Any], task_name: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options a factory given as an object (``submit(cfg, task=factory)``) is called with.
+
+    The config's task.options when the factory takes them all.  Options written for the built-in task
+    the config names (examples/quickstart.yaml's options for "synthetic") are that task's, not the
+    factory's: it is called with its own defaults.  Anything else raises ConfigError naming the
+    options the factory does not take."""
+    problem = options_problem(factory, options)
+    if problem is None:
+        return dict(options)
+    builtin = BUILTIN_OPTIONS.get(task_name)
+    if builtin is not None and set(options) <= set(builtin):
+        if options_problem(factory, {}) is None:
+            return {}
+        name = getattr(factory, "__qualname__", None) or factory_label(factory).strip("<>")
+        needed = [p.name for p in inspect.signature(factory).parameters.values() if p.default is p.empty
+                  and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        problem = (f"task.options: {name}() needs {', '.join(needed) or 'arguments'}, and the config's task.options "
+                   f"({', '.join(options)}) are for the built-in task {task_name}, so they are not passed to a "
+                   f"factory given as task=; set task.options to {name}'s own (cfg.replace(task__options="
+                   "{...})), or give its parameters defaults")
+    raise ConfigError([problem])
+
+
+def _them(names: list[str]) -> str:
+    return "it" if len(names) == 1 else "them"

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from workbench.config.sections import JobConfig
 from workbench.engine.entry import RankEntry
 from workbench.engine.script import FnJob, ScriptJob
-from workbench.engine.tasks import factory_label
+from workbench.engine.tasks import factory_label, factory_options, named_task_problem
 from workbench.errors import ConfigError, SubmitError
 from workbench.launch.executors import make_executor
 from workbench.launch.run import Run, live_job
@@ -41,9 +41,12 @@ def submit(cfg: JobConfig, task: Callable[..., Any] | None = None, run_dir: str 
 
 
 def engine_work(cfg: JobConfig, task: Callable[..., Any] | None) -> tuple[JobConfig, Any]:
-    """The config and task.pkl content of an engine run (submit)."""
+    """The config and task.pkl content of an engine run (submit).  A factory given as `task` is bound
+    to task.options here, before anything starts (workbench.engine.tasks.factory_options: options
+    written for a built-in task are not passed to it); the config records what it is called with."""
     if task is not None:
-        return cfg.replace(task__name=factory_label(task)), task
+        options = factory_options(task, cfg.task.name, cfg.task.options)
+        return cfg.replace(task__name=factory_label(task), task__options=options), task
     if cfg.task.name.startswith("<") and not cfg.task.name.startswith(("<script", "<function")):
         raise ConfigError([f"task.name: {cfg.task.name} was a Python object passed as task=; pass it again "
                            "(workbench.submit(cfg, task=...)) or name a factory as package.module:function"])
@@ -107,14 +110,24 @@ def fn_work(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any
 
 
 def check_before_submit(cfg: JobConfig) -> None:
-    """What only the target can tell (GPUs, importable task, SLURM partitions): raised as ConfigError."""
+    """What only the target can tell (GPUs, importable task, SLURM partitions): raised as ConfigError.
+    A factory named as package.module:factory is imported here (its module's code runs) and bound
+    to task.options."""
     problems = cfg.problems()
+    if not any(p.startswith("task.name:") for p in problems):  # else said already, without importing it
+        problems += task_problems(cfg)
     if cfg.launch.executor == "slurm":
         from workbench.launch.slurm_checks import slurm_problems
 
         problems += slurm_problems(cfg)
     if problems:
         raise ConfigError(problems)
+
+
+def task_problems(cfg: JobConfig) -> list[str]:
+    """The task cfg names against its task.options (a named factory's module is imported)."""
+    problem = named_task_problem(cfg.task.name, cfg.task.options)
+    return [problem] if problem else []
 
 
 class Launcher(Protocol):
@@ -143,7 +156,12 @@ def _start(cfg: JobConfig, run_dir: str | Path | None, *, work: Any = None, from
         _check_checkpoints(run, from_scratch)
         _prepare(run, cfg, {**(facts or {}), **submit_provenance()}, existed)
         _write_task(run, work)
-        job = launcher.hand_over(cfg, run, stop_with_caller)
+        try:
+            job = launcher.hand_over(cfg, run, stop_with_caller)
+        except SubmitError:  # the scheduler refused it (SLURM's words): no job, so no run folder either
+            if not existed:
+                shutil.rmtree(run.root, ignore_errors=True)
+            raise
     return Run(run.root, job)
 
 
