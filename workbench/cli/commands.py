@@ -7,21 +7,30 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from workbench.cli.printing import _print_failure, follow, per_rank_table, print_history
+from workbench.cli.printing import _print_failure, follow, per_rank_table, print_history, table_for_people
 from workbench.config.scaling import parse_world_sizes
 from workbench.config.sections import JobConfig, flatten
 from workbench.errors import ConfigError
+from workbench.runfolder.layout import ScalingBenchDir
 
 BENCH_COLUMNS = ["world_size", "samples_per_s", "speedup", "expected_speedup", "efficiency", "step_time_s",
                  "data_time_s", "compute_s", "comm_wait_s", "comm_share", "mem_mb_per_rank"]
 
 
 def load_config(args: argparse.Namespace) -> JobConfig:
-    cfg = (JobConfig.from_yaml(Path(args.config)) if args.config else JobConfig()).with_overrides(args.set)
-    extra = {"dist.procs_per_node": getattr(args, "nproc", None), "dist.nodes": getattr(args, "nodes", None),
-             "launch.executor": getattr(args, "executor", None)}
-    sets = [f"{k}={v}" for k, v in extra.items() if v is not None]
-    return cfg.with_overrides(sets) if sets else cfg
+    """The config file with --set and the shortcut flags (--executor, --nodes, --nproc) applied together,
+    then validated once: `--executor slurm --set dist.nodes=2` is judged as the SLURM job it asks for."""
+    overrides = config_overrides(args)
+    if args.config:
+        return JobConfig.from_yaml(Path(args.config), overrides)
+    return JobConfig().with_overrides(overrides)
+
+
+def config_overrides(args: argparse.Namespace) -> list[str]:
+    """--set assignments, then the shortcut flags as assignments (a flag wins over a --set of its field)."""
+    shortcuts = {"launch.executor": getattr(args, "executor", None), "dist.nodes": getattr(args, "nodes", None),
+                 "dist.procs_per_node": getattr(args, "nproc", None)}
+    return [*getattr(args, "set", []), *(f"{k}={v}" for k, v in shortcuts.items() if v is not None)]
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -153,7 +162,7 @@ def cmd_bench_scaling(args: argparse.Namespace) -> int:
         print(f"workbench: {exc}\n{exc.failure.traceback if exc.failure else ''}", file=sys.stderr)
         return 1
     print(frame[BENCH_COLUMNS].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-    plot = Path(frame.attrs["folder"]) / "scaling.png"
+    plot = ScalingBenchDir(frame.attrs["folder"]).plot
     save_figure(plot_scaling(frame), plot)
     print(f"[workbench] runs and scaling.csv: {frame.attrs['folder']}\n[workbench] scaling plot: {plot}")
     return 0
@@ -170,7 +179,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if len(frame):
         from workbench.results.analysis import format_report
 
-        print(per_rank_table(frame).to_string())
+        print(table_for_people(per_rank_table(frame)))
         print(format_report(run.report()))
     print_history(run)
     if status.state == "failed":
@@ -212,7 +221,20 @@ def field_uses(path: str) -> str:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    load_config(args).check()
+    """Every problem at once; a factory named as package.module:factory is imported (its code runs) and
+    bound to task.options, as submit does."""
+    from workbench.config.tasknames import BUILTINS
+    from workbench.launch.submit import task_problems
+
+    cfg = load_config(args)
+    problems = cfg.problems()
+    if not any(p.startswith("task.name:") for p in problems):
+        if cfg.task.name not in BUILTINS:
+            print(f"[workbench] importing {cfg.task.name.partition(':')[0]} to check task.name "
+                  "(this runs the module's code)", flush=True)
+        problems += task_problems(cfg)
+    if problems:
+        raise ConfigError(problems)
     print("config OK")
     return 0
 

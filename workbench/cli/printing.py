@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import numbers
+import os
+import shlex
 import sys
 import time
 from typing import Any
@@ -35,7 +38,7 @@ def follow(run: Any, quiet: bool = False, owned: bool = False, ranks: str | None
         if owned:
             cancel_owned(run, "the follow loop failed")
         raise
-    printer(run)
+    printer(run, final=True)
     return _say_end(run, status)
 
 
@@ -47,45 +50,91 @@ def _say_end(run: Any, status: Any) -> int:
     with contextlib.suppress(OSError):  # the terminal may be gone
         frame = run.metrics()
         if len(frame):
-            plot = save_run_plot(frame, str(run.dir.plots / "loss.png"))
+            plot = save_run_plot(frame, str(run.dir.loss_plot))
             print(f"[workbench] per-rank plot: {plot}")
-            print(per_rank_table(frame).to_string())
+            print(table_for_people(per_rank_table(frame)))
         print(f"[workbench] {status if status is not None else 'ranks still stopping: ' + str(run.status())}",
               flush=True)
         if status is not None and status.state == "failed":
             _print_failure(run)
+        print(next_steps(run.folder), flush=True)
     return 0 if status is not None and status.state == "finished" else 1
 
 
+def next_steps(folder: Any) -> str:
+    """Where to look next: the run folder as this shell can name it, for `workbench show` and a notebook."""
+    name = os.path.relpath(folder) if not os.path.relpath(folder).startswith("..") else str(folder)
+    return (f"[workbench] next: `workbench show {shlex.quote(name)}`, or in a notebook "
+            f"`workbench.Run.load({name!r}).dashboard()`")
+
+
+FORMATS = {"step": "{:,.0f}", "final_loss": "{:.4g}", "step_time_s": "{:.4f}", "samples_per_s": "{:,.0f}",
+           "mem_mb": "{:,.0f}"}
+"""How each column of the per-rank table is shown; another float column gets 4 significant digits."""
+
+
+def table_for_people(table: Any) -> str:
+    """A per-rank table with numbers formatted for reading (no 13407.884900)."""
+    def shown(column: str) -> Any:
+        pattern = FORMATS.get(column, "{:.4g}")
+        return lambda value: "" if value != value else pattern.format(value)
+
+    return str(table.to_string(formatters={c: shown(str(c)) for c in table.columns}))
+
+
 class ProgressPrinter:
-    """Prints each rank's latest metric record as it streams in, at most one line per rank per second."""
+    """One line for all ranks at an even cadence, each rank's values at the same step: every
+    `every_steps` steps (chosen from the run's total so a run prints about 20 lines), or every `every_s`
+    seconds where the total is unknown (a script) or the next multiple is slow to come; the last
+    step when the run ends (`final`)."""
 
     KNOWN = ("loss", "loss_reduced", "lr", "samples_per_s", "step_time_s", "comm_wait_s", "mem_mb")
     HIDDEN = {"rank", "step", "time", "epoch", "attempt", "data_time_s", "comm_busy_s", *KNOWN}
 
-    def __init__(self, quiet: bool = False, every_s: float = 1.0, ranks: str | None = None):
-        self.quiet, self.every_s, self.ranks = quiet, every_s, ranks
+    def __init__(self, quiet: bool = False, every_s: float = 10.0, ranks: str | None = None,
+                 every_steps: int | None = None):
+        self.quiet, self.every_s, self.ranks, self.every_steps = quiet, every_s, ranks, every_steps
         self.output: Any = None
-        self.last: dict[int, tuple[float, int]] = {}  # rank -> (when printed, step printed)
+        self.total: int | None = None
+        self.printed_step = 0
+        self.printed_at = self.first_seen = 0.0
         self.started = False
 
-    def __call__(self, run: Any) -> None:
+    def __call__(self, run: Any, final: bool = False) -> None:
         if self.quiet:
             return
         if not self.started:
             self.started = print_start(run)
+            if self.started:
+                self.total = run.event_summary().start.get("total_steps")
+                self.every_steps = self.every_steps or cadence(self.total)
         self.print_output(run)
-        now = time.monotonic()
-        for rank, frame in sorted(run.metric_frames.frames.items()):
-            printed_at, printed_step = self.last.get(rank, (-self.every_s, -1))
-            if not len(frame) or now - printed_at < self.every_s:
-                continue
-            rec = {k: v for k, v in frame.iloc[-1].items() if v == v}  # NaN: a field this record lacks
-            if int(rec.get("step", -1)) == printed_step:
-                continue
-            self.last[rank] = (now, int(rec.get("step", -1)))
-            print(f"  rank {rank} | step {int(rec['step']):>6} | " + format_record(rec), flush=True)
+        for step in self.due(run, time.monotonic(), final):
+            print(progress_line(run.metric_frames.frames, step, self.total), flush=True)
+            self.printed_step, self.printed_at = step, time.monotonic()
 
+    def due(self, run: Any, now: float, final: bool) -> list[int]:
+        """The steps to print now: each multiple of every_steps every logging rank has passed, else the
+        step they all reached when every_s has passed since the last line (or the run ended)."""
+        frames = run.metric_frames.frames
+        lasts = [int(steps[-1]) for rank in frames if (steps := frames.column(rank, "step")) is not None
+                 and len(steps)]
+        if not lasts:
+            return []
+        if not self.first_seen:
+            self.first_seen = self.printed_at = now  # seconds count from the first record
+        if len(lasts) < run.world_size and not final and now - self.first_seen < self.every_s:
+            return []  # a rank has not logged yet: wait a little for it, so the line has every rank
+        reached = min(lasts)
+        if reached <= self.printed_step:
+            return []
+        every = self.every_steps
+        steps = list(range((self.printed_step // every + 1) * every, reached + 1, every)) if every else []
+        if not steps and (final or now - self.printed_at >= self.every_s):
+            steps = [reached]
+        elif final and steps[-1] != reached:
+            steps.append(reached)
+        return steps
 
     def print_output(self, run: Any) -> None:
         """Each chosen rank's new stdout and stderr lines, prefixed [rank N], as they come."""
@@ -95,6 +144,82 @@ class ProgressPrinter:
             self.output = RankOutput(run.dir, shown_streams(run.world_size, self.ranks))
         for rank, kind, line in self.output.poll():
             print(f"[rank {rank}] {line}", file=sys.stderr if kind == "err" else sys.stdout, flush=True)
+
+
+def cadence(total_steps: int | None, lines: int = 20) -> int | None:
+    """A round step interval (1, 2, 5, 10, 20, 50, ...) that prints about `lines` lines over the run."""
+    if not total_steps:
+        return None
+    every = 1
+    while total_steps / every > lines:
+        every = every * 5 // 2 if str(every).startswith("2") else every * 2
+    return every
+
+
+def progress_line(frames: Any, step: int, total: int | None) -> str:
+    """Every rank's record at `step` (its last one at or before it) on one line."""
+    records = {}
+    for rank in frames:
+        steps = frames.column(rank, "step")
+        at = (steps <= step).nonzero()[0] if steps is not None else []
+        if len(at):
+            records[rank] = {k: v for k, v in frames[rank].iloc[int(at[-1])].items() if v == v}  # NaN: not logged
+    where = f"{step:>{len(str(total))}}/{total}" if total else str(step)
+    return f"  step {where} | " + format_records(records)
+
+
+def format_records(records: dict[int, dict[str, Any]]) -> str:
+    """The engine's fields in a fixed readable order, summed or reduced over ranks where that is the
+    job's number; the loss (and whatever else a script logged) per rank."""
+    values = list(records.values())
+
+    def each(key: str) -> list[Any]:
+        return [rec[key] for rec in values if key in rec]
+
+    parts = []
+    if each("loss"):
+        reduced = each("loss_reduced")
+        head = f"{_num(reduced[0])} " if reduced else ""
+        parts.append(f"loss {head}{by_rank(records, 'loss', bracket=bool(reduced))}")
+    if each("lr"):
+        parts.append(f"lr {each('lr')[0]:.2e}")
+    if each("samples_per_s"):
+        parts.append(f"{sum(each('samples_per_s')):,.0f} samples/s")
+    if each("step_time_s"):
+        slowest = max(values, key=lambda rec: rec.get("step_time_s", 0.0))
+        took, comm = slowest["step_time_s"], slowest.get("comm_wait_s")
+        share = f" ({100 * comm / took:.0f}% comm)" if comm is not None and took else ""
+        parts.append(f"{1000 * took:,.1f} ms/step{share}")
+    if each("mem_mb"):
+        parts.append(f"{max(each('mem_mb')):,.0f} MiB")
+    extra = dict.fromkeys(k for rec in values for k in rec if k not in ProgressPrinter.HIDDEN)
+    parts += [f"{key} {by_rank(records, key)}" for key in extra]
+    return " | ".join(parts)
+
+
+def by_rank(records: dict[int, dict[str, Any]], key: str, bracket: bool = False) -> str:
+    """A field's value on each rank ("rank 0 1.21, rank 1 1.25"); above 8 ranks its range; one value
+    when there is one rank."""
+    found = {rank: rec[key] for rank, rec in records.items() if key in rec}
+    if len(found) == 1 and not bracket:
+        return _num(next(iter(found.values())))
+    if len(found) > 8:
+        text = f"{_num(min(found.values()))} to {_num(max(found.values()))} over {len(found)} ranks"
+    else:
+        text = ", ".join(f"rank {rank} {_num(value)}" for rank, value in found.items())
+    return f"({text})" if bracket else text
+
+
+def _num(value: Any) -> str:
+    """A number for people: 4 significant digits below 1000, whole and thousands separated above."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return str(value)
+    number = float(value)
+    if number.is_integer() and abs(number) < 1e15:
+        return f"{int(number):,}"
+    if abs(number) >= 1000:
+        return f"{number:,.0f}"
+    return f"{number:.4g}" if abs(number) >= 1e-3 else f"{number:.3g}"
 
 
 def print_start(run: Any) -> bool:
@@ -107,30 +232,6 @@ def print_start(run: Any) -> bool:
           f"lr {e['lr']:.3g}, warmup {e['warmup_steps']} steps, {e['steps_per_epoch']} steps/epoch, "
           f"{e['total_steps']} steps in all", flush=True)
     return True
-
-
-def format_record(rec: dict[str, Any]) -> str:
-    """The engine's fields in a fixed readable order, then whatever else a script logged."""
-    parts = []
-    if "loss" in rec:
-        reduced = f" (all ranks {rec['loss_reduced']:.4g})" if "loss_reduced" in rec else ""
-        parts.append(f"loss {rec['loss']:.4g}{reduced}")
-    if "lr" in rec:
-        parts.append(f"lr {rec['lr']:.2e}")
-    if "samples_per_s" in rec:
-        parts.append(f"{rec['samples_per_s']:.0f} samples/s")
-    if "step_time_s" in rec:
-        comm = rec.get("comm_wait_s")
-        share = f" ({100 * comm / rec['step_time_s']:.0f}% comm)" if comm == comm and comm is not None else ""
-        parts.append(f"step {1000 * rec['step_time_s']:.1f} ms{share}")
-    if "mem_mb" in rec:
-        parts.append(f"{rec['mem_mb']:.0f} MiB")
-    parts += [f"{k} {_fmt(v)}" for k, v in rec.items() if k not in ProgressPrinter.HIDDEN]
-    return " | ".join(parts)
-
-
-def _fmt(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def per_rank_table(frame: Any) -> Any:

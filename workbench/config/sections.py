@@ -300,11 +300,12 @@ class JobConfig:
         return text
 
     @classmethod
-    def from_yaml(cls, source: str | Path) -> JobConfig:
+    def from_yaml(cls, source: str | Path, overrides: list[str] | None = None) -> JobConfig:
         """Load from a config file (a Path, or a str naming an existing file, whatever its extension)
         or from YAML text (safe and bounded: workbench.config.yamlfile).  Raises ConfigError like
         from_dict; a file that cannot be a config (missing, empty, binary, a folder, too large)
-        gives one line naming the file and the fix."""
+        gives one line naming the file and the fix.  `overrides` ("section.field=value", as --set)
+        are applied before the one validation."""
         from workbench.config.yamlfile import YamlProblem
 
         path = _as_path(source)
@@ -320,6 +321,10 @@ class JobConfig:
         if data is not None and not isinstance(data, dict):
             raise ConfigError([f"{where}the top level must be a mapping of sections (task:, train:, ...), "
                                f"got {_kind(data)}"])
+        if overrides:
+            from workbench.config.types import apply_overrides
+
+            data = apply_overrides(data or {}, overrides)
         return cls.from_dict(data)
 
     def with_overrides(self, assignments: list[str]) -> JobConfig:

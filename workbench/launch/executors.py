@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import signal
 import subprocess
@@ -11,11 +13,13 @@ from typing import Any
 
 import submitit
 import submitit.local.local
+from submitit.core.utils import FailedJobError, FailedSubmissionError
 
 from workbench.config.devices import parse_visible_devices, visible_gpu_count
 from workbench.config.sections import JobConfig
 from workbench.config.validate import parse_time_limit
 from workbench.engine.rendezvous import RankContract, free_port
+from workbench.errors import SubmitError
 from workbench.launch.local_controller import RUN_DIR_ENV
 from workbench.proctree import parent_death_signal
 from workbench.runfolder.layout import RunDir
@@ -65,7 +69,7 @@ def local_executor(cfg: JobConfig, run: RunDir, stop_with_caller: bool = False,
 
 
 def slurm_executor(cfg: JobConfig, run: RunDir) -> submitit.SlurmExecutor:
-    executor = submitit.SlurmExecutor(folder=run.logs, max_num_timeout=20)
+    executor = SlurmExecutor(folder=run.logs, max_num_timeout=20)
     executor.update_parameters(**slurm_parameters(cfg, run))
     return executor
 
@@ -86,3 +90,56 @@ def slurm_parameters(cfg: JobConfig, run: RunDir | None = None) -> dict[str, Any
     if run is not None:
         params["comment"] = f"workbench run {run.root}"
     return params
+
+
+# --- SLURM's own words: a failing sbatch or scancel is one line carrying SLURM's message -----------
+
+
+class SlurmJob(submitit.SlurmJob):
+    """submitit's SlurmJob, whose cancel says what scancel said (one SubmitError line) instead of a
+    CalledProcessError after scancel's own stderr."""
+
+    def cancel(self, check: bool = True) -> None:
+        try:
+            done = subprocess.run(["scancel", str(self.job_id)], capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise SubmitError(f"scancel {self.job_id} did not run: {exc}; cancel the job with scancel on a "
+                              "login node") from None
+        if check and done.returncode:
+            raise SubmitError(slurm_failure(f"scancel {self.job_id}", done.stderr or done.stdout, done.returncode))
+
+
+class SlurmExecutor(submitit.SlurmExecutor):
+    """submitit's SlurmExecutor: a refused sbatch (controller unreachable, invalid partition or account,
+    resources the cluster does not have) is one SubmitError line carrying SLURM's own message."""
+
+    job_class = SlurmJob
+
+    def _submit_command(self, command: str) -> Any:
+        with contextlib.redirect_stderr(io.StringIO()):  # submitit prints sbatch's stderr itself on failure
+            try:
+                return super()._submit_command(command)
+            except FailedJobError as exc:
+                cause = exc.__cause__
+                code = cause.returncode if isinstance(cause, subprocess.CalledProcessError) else None
+                raise SubmitError(slurm_failure("sbatch", str(exc), code)) from None
+            except FailedSubmissionError as exc:
+                raise SubmitError(slurm_failure("sbatch", str(exc), None)) from None
+            except OSError as exc:
+                raise SubmitError(f"sbatch did not run: {exc}; run from a cluster login node or use "
+                                  "launch.executor: local") from None
+
+
+def slurm_failure(command: str, message: str, returncode: int | None) -> str:
+    """One line: which SLURM command failed, SLURM's own message (its lines joined), and what to do."""
+    said = "; ".join(line.strip() for line in message.strip().splitlines() if line.strip()) or "no message"
+    status = f" (exit {returncode})" if returncode is not None else ""
+    low = said.lower()
+    if "contact slurm controller" in low or "connection refused" in low or "connect failure" in low:
+        fix = "the SLURM controller does not answer: check that `sinfo` works here, or ask your cluster's admins"
+    elif command.startswith("scancel"):
+        fix = "the job may have ended already (`squeue -j ID`, `sacct -j ID`)"
+    else:
+        fix = ("the job was not submitted; check launch.slurm (partition, account, qos, sbatch_options), "
+               "dist.nodes and launch.time_limit against what the cluster offers (`sinfo`)")
+    return f"{command} failed{status}: {said}; {fix}"

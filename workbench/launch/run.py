@@ -436,9 +436,9 @@ def _reattach_job(meta: dict[str, Any], run: RunDir) -> Any:
         return None  # absent, or not a job id a scheduler gave (a damaged or edited run.json)
     world = meta.get("world_size", 1)
     if meta.get("executor") == "slurm":
-        import submitit
+        from workbench.launch.executors import SlurmJob  # scancel's failures in SLURM's words
 
-        return submitit.SlurmJob(folder=run.logs, job_id=job_id, tasks=tuple(range(min(world, MAX_WORLD_SIZE))))
+        return SlurmJob(folder=run.logs, job_id=job_id, tasks=tuple(range(min(world, MAX_WORLD_SIZE))))
     if meta.get("executor") == "local" and job_id.isdigit():
         return _LocalPid(_controller(meta) or Proc(int(job_id)))
     return None
