@@ -62,11 +62,11 @@ def test_workbench_submit_of_a_failing_run_shows_the_failing_rank_traceback(tmp_
 @pytest.mark.ddp
 @pytest.mark.timeout(240)
 def test_cancel_button_stops_the_run(tmp_path):
-    run = workbench.submit(tiny_cfg(tmp_path, max_steps=100000, epochs=1000))
+    from tests.support.lifecycle import ENDLESS, wait_until
+
+    run = workbench.submit(tiny_cfg(tmp_path, **ENDLESS))  # only the button ends it
     dash = Dashboard(run, poll_s=0.3)
-    deadline = time.monotonic() + 120
-    while (dash.state is None or dash.state.step < 2) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_until(lambda: dash.state is not None and dash.state.step >= 2, 120, "the dashboard shows step 2")
     dash.cancel_button.click()
     assert run.wait(timeout=120).state == "cancelled"
     dash._thread.join(timeout=15)
