@@ -1,11 +1,10 @@
 """Run history and comparison over run folders written as the ranks write them (no processes)."""
 from __future__ import annotations
 
-import time
-
 import pytest
 
 import workbench
+from tests.support.lifecycle import ENDLESS, wait_for_step
 from workbench.config import JobConfig
 
 pytestmark = pytest.mark.timeout(60)
@@ -18,14 +17,11 @@ def test_runs_widget_cancels_and_resumes_a_real_run(tmp_path):
     from workbench.ui import RunsView
 
     cfg = JobConfig.from_dict({"task": {"options": {"n_train": 256, "n_val": 32}},
-                               "train": {"micro_batch_size": 16, "epochs": 1000, "max_steps": 100000,
-                                         "checkpoint_every_steps": 5},
+                               "train": {"micro_batch_size": 16, **ENDLESS, "checkpoint_every_steps": 5},
                                "dist": {"procs_per_node": 2, "threads_per_rank": 1},
                                "launch": {"run_root": str(tmp_path)}})
-    run = workbench.submit(cfg)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and run.status().step < 12:
-        time.sleep(0.2)
+    run = workbench.submit(cfg)  # only the Cancel button and resumed.cancel() end it
+    wait_for_step(run, 12)
     view = RunsView(tmp_path)
     view.select.value = (str(run.folder),)
     view.buttons["Cancel"].click()
@@ -35,10 +31,7 @@ def test_runs_widget_cancels_and_resumes_a_real_run(tmp_path):
     view.buttons["Resume"].click()
     assert "resumed" in view.message.value, view.message.value
     resumed = view.dashboard.run
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and resumed.status().step <= stopped_at:
-        time.sleep(0.2)
-    assert resumed.status().step > stopped_at  # it went on from its checkpoint, in the same folder
+    wait_for_step(resumed, stopped_at + 1)  # it went on from its checkpoint, in the same folder
     assert resumed.folder == run.folder and len(workbench.runs(tmp_path)) == 1
     view.dashboard.stop()
     resumed.cancel()
