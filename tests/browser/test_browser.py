@@ -6,6 +6,7 @@ ranks "finished" and the plot (an ipympl canvas).  A screenshot goes to test-art
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import time
@@ -13,15 +14,7 @@ import time
 import pytest
 
 from tests.support import REPO
-from tests.support.browser_fixture import (  # noqa: F401 (fixtures)
-    ARTIFACTS,
-    CHROMIUM_ARGS,
-    JupyterLab,
-    chromium,
-    jupyter_lab,
-    run_all_cells,
-    wait_kernel_idle,
-)
+from tests.support.browser_fixture import ARTIFACTS, CHROMIUM_ARGS, JupyterLab, run_all_cells, wait_kernel_idle
 
 QUICKSTART = REPO / "notebooks" / "01_quickstart.ipynb"
 
@@ -37,15 +30,13 @@ RUN_MS = 150_000  # after the click: the widget's own 2-rank run until both rank
 
 
 def _debug(page, lab: JupyterLab) -> str:
-    try:
+    with contextlib.suppress(Exception):  # best effort while reporting another failure
         page.screenshot(path=str(ARTIFACTS / "quickstart-failure.png"))
-    except Exception:  # noqa: BLE001 - best effort while reporting another failure
-        pass
     errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']").all_inner_texts()
     return f"stderr outputs: {errors[-3:]}\nserver log tail:\n{lab.log_tail(1500)}"
 
 
-def test_quickstart_workbench_submit_shows_both_ranks_finished(chromium, jupyter_lab: JupyterLab):  # noqa: F811
+def test_quickstart_workbench_submit_shows_both_ranks_finished(chromium, jupyter_lab: JupyterLab):
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import expect, sync_playwright
 

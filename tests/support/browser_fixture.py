@@ -21,9 +21,10 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any
 
 import pytest
 
@@ -134,6 +135,21 @@ class JupyterLab:
                 raise RuntimeError(f"jupyter lab did not answer within {timeout_s:.0f} s:\n{self.log_tail()}")
             time.sleep(0.3)
 
+    def _api(self, path: str, method: str = "GET") -> Any:
+        request = urllib.request.Request(f"{self.base_url}/api/{path}?token={self.token}", method=method)
+        with urllib.request.urlopen(request, timeout=30) as resp:
+            body = resp.read()
+        return json.loads(body) if body else None
+
+    def shutdown_kernels(self) -> None:
+        """Shut down every kernel of this server (what a test left running), through its API."""
+        for kernel in self._api("kernels"):
+            try:
+                self._api(f"kernels/{kernel['id']}", method="DELETE")
+            except urllib.error.HTTPError as exc:
+                if exc.code != 404:  # gone meanwhile: fine
+                    raise
+
     def stop(self) -> None:
         """Shut the server down (its kernels first) through its API, then make sure its PID is gone."""
         if self.process.poll() is None:
@@ -185,10 +201,12 @@ def start_jupyter_lab(root: Path, env: dict[str, str] | None = None) -> JupyterL
     raise RuntimeError(f"jupyter lab could not start: {last_error}")
 
 
-@pytest.fixture
-def jupyter_lab(tmp_path: Path) -> Iterator[JupyterLab]:
-    """A JupyterLab server whose root is a fresh folder (tmp_path/lab); runs go under lab/runs."""
-    root = tmp_path / "lab"
+@pytest.fixture(scope="session")
+def jupyter_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterLab]:
+    """One JupyterLab server for the session (registered once, in tests/browser/conftest.py: a test
+    module that imports it would get a server of its own); its root is a fresh folder, runs go under
+    lab/runs.  Each test writes its own notebook there; its kernels are shut down after it."""
+    root = tmp_path_factory.mktemp("jupyter") / "lab"
     root.mkdir()
     lab = start_jupyter_lab(root, {"WORKBENCH_RUN_ROOT": str(root / "runs")})
     try:

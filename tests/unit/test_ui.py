@@ -119,9 +119,9 @@ def test_invalid_values_show_the_python_validation_messages_and_mark_the_fields(
         assert html.escape(message) in form.problems_html.value
     for path in ("train.micro_batch_size", "train.lr"):
         assert "red" in form.widget_for(path).layout.border or "#d9534f" in form.widget_for(path).layout.border
-        assert "❌" in form.rows[path].mark.value
+        assert "✘" in form.rows[path].mark.value
     assert not form.widget_for("train.epochs").layout.border and not form.rows["train.epochs"].mark.value
-    assert any("❌" in title for title in form.accordion.titles if title.startswith("train "))
+    assert any("✘" in title for title in form.accordion.titles if title.startswith("train "))
 
     form.widget_for("train.micro_batch_size").value = "4"
     form.widget_for("train.lr").value = "abc"  # a type error: from_dict's own message

@@ -3,6 +3,8 @@ it is stale, highlights the config's own rule and notes what accumulation does; 
 run per click, however fast the clicks come."""
 from __future__ import annotations
 
+import html
+
 import ipywidgets as w
 import pytest
 
@@ -74,3 +76,53 @@ def test_form_and_table_sit_side_by_side_and_the_form_scrolls_in_its_box(tmp_pat
     assert app.form.widget in form_box.children and app.scaling.widget in side.children
     assert form_box.layout.overflow == "auto" and form_box.layout.max_height
 
+
+
+@pytest.mark.timeout(60)
+def test_text_fields_reach_the_kernel_on_commit_so_a_keystroke_on_the_way_is_never_the_table():
+    form = ConfigForm(JobConfig.from_dict({"train": {"micro_batch_size": 32}}))
+    view = ScalingView(form)
+    texts = [row.widget for row in form.rows.values() if isinstance(row.widget, w.Text)]
+    assert texts and all(t.continuous_update is False for t in texts)  # Enter or leaving the field sends it
+    form.widget_for("train.micro_batch_size").value = "2.5"  # what the browser sends on commit: the whole text
+    assert form.last_valid.train.micro_batch_size == 32
+    assert set(view.frame["micro_batch_size"]) == {32}
+    assert "last valid config (valid as a whole)" in view.stale.value and "got &#x27;2.5&#x27;" in view.stale.value
+
+
+@pytest.mark.timeout(60)
+def test_the_stale_banner_lists_every_problem():
+    form = ConfigForm()
+    view = ScalingView(form)
+    for path, value in (("train.micro_batch_size", "2.5"), ("train.lr", "abc"), ("train.grad_accum_steps", "x")):
+        form.widget_for(path).value = value
+    assert len(form.problems) == 3
+    assert "3 problem(s)" in view.stale.value
+    for problem in form.problems:
+        assert f"<li>{html.escape(problem)}</li>" in view.stale.value
+    for problem in form.problems:  # and the form's own banner
+        assert f"<li>{html.escape(problem)}</li>" in form.problems_html.value
+
+
+@pytest.mark.timeout(60)
+def test_a_stale_not_submitted_clears_once_the_config_is_fixed(tmp_path):
+    app = Workbench(JobConfig.from_dict({"launch": {"run_root": str(tmp_path)}}))
+    app.form.widget_for("train.micro_batch_size").value = "0"
+    app.form.widget_for("train.lr").value = "abc"
+    assert app.submit() is None and "not submitted" in app.status.value  # no process: refused at validation
+    app.form.widget_for("train.micro_batch_size").value = "8"
+    assert "not submitted" in app.status.value  # one problem is left
+    app.form.widget_for("train.lr").value = "0.01"
+    assert "not submitted" not in app.status.value and "ready to submit" in app.status.value
+    assert "the config is valid" in app.form.problems_html.value
+
+
+@pytest.mark.timeout(60)
+def test_the_scaling_table_scrolls_inside_its_widget_and_its_headers_wrap_at_underscores():
+    view = ScalingView(ConfigForm())
+    table = view.table.value
+    assert table.startswith("<div class='wb-table-scroll'") and "overflow-x:auto" in table and "min-width:100%" in table
+    assert "steps_<wbr>per_<wbr>epoch" in table and "title='steps_per_epoch'" in table
+    assert table.count("white-space:nowrap") == table.count("<td")  # a number never wraps
+    controls = view.widget.children[0]
+    assert controls.layout.flex_flow == "row wrap"  # rule and world sizes stack on a narrow widget

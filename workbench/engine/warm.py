@@ -14,7 +14,8 @@ another, from job $WORKBENCH_POOL_NEXT_JOB on:
   the agent starts a fresh worker and every rank meets again before the next job.
 - an exec job (``%%ranks``): the cell's code in this rank's persistent namespace (rank,
   world_size, dist and torch predefined); its output, the value of its last expression and its
-  traceback go to the done file.  An exception there keeps the process (see Pool.run_cell).
+  traceback (the cell's own frames; every frame too, for WORKBENCH_TRACEBACK=full) go to the done
+  file.  An exception there keeps the process (see Pool.run_cell).
 
 Between jobs the state a job could leave is put back: environment, working folder, sys.argv,
 sys.path, modules a script imported from its own folder, the RNGs (torch's default seed, Python's
@@ -38,6 +39,7 @@ import traceback
 from collections.abc import Iterator
 from typing import Any
 
+from workbench.engine.userframes import user_traceback
 from workbench.engine.worker import Terminated, _terminate, run_job
 from workbench.runfolder.layout import PoolDir, RunDir, read_json, write_json_atomic
 
@@ -135,7 +137,7 @@ def run_in_folder(job: dict[str, Any], rank: int, number: int) -> dict[str, Any]
     the process state a job may change is put back after it."""
     run_dir = str(job["run_dir"])
     fresh_rngs()
-    with restored_process_state(), borrowed_group(), output_to(RunDir(run_dir), f"pool-job{number}", rank):
+    with restored_process_state(), borrowed_group(), output_to(RunDir(run_dir), number, rank):
         try:
             code = run_job(run_dir, 0)
         except Terminated:
@@ -215,16 +217,16 @@ def _user_module(module: Any) -> bool:
 
 
 @contextlib.contextmanager
-def output_to(run: RunDir, tag: str, rank: int) -> Iterator[None]:
-    """This process's stdout and stderr (file descriptors 1 and 2) into the run's log files."""
+def output_to(run: RunDir, job: int, rank: int) -> Iterator[None]:
+    """This process's stdout and stderr (file descriptors 1 and 2) into the run's log files for pool job `job`."""
     from workbench.runfolder.private import open_private
 
     run.logs.mkdir(parents=True, exist_ok=True)
     sys.stdout.flush()
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
-    with open_private(run.pool_log(tag, rank, "out"), "a") as out, \
-            open_private(run.pool_log(tag, rank, "err"), "a") as err:
+    with open_private(run.pool_log(job, rank, "out"), "a") as out, \
+            open_private(run.pool_log(job, rank, "err"), "a") as err:
         os.dup2(out.fileno(), 1)
         os.dup2(err.fileno(), 2)
         try:
@@ -258,6 +260,7 @@ def run_exec(job: dict[str, Any], namespace: dict[str, Any], rank: int) -> dict[
     out, err = io.StringIO(), io.StringIO()
     result: str | None = None
     error: str | None = None
+    error_full: str | None = None
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             value = exec_cell(str(job.get("source", "")), namespace, f"<rank {rank} cell>")
@@ -265,10 +268,12 @@ def run_exec(job: dict[str, Any], namespace: dict[str, Any], rank: int) -> dict[
     except Terminated:
         raise
     except BaseException as exc:  # noqa: BLE001 - shown to the user, tagged with the rank
-        error = _clip("".join(traceback.format_exception(type(exc), exc, exc.__traceback__.tb_next
-                                                         if exc.__traceback__ else None)))
+        # the cell's frames and what they called, not run_exec's; a cell that does not parse: where, no frames
+        error = _clip("".join(traceback.format_exception_only(exc)) if isinstance(exc, SyntaxError)
+                      else user_traceback(exc))
+        error_full = _clip("".join(traceback.format_exception(exc)))  # for WORKBENCH_TRACEBACK=full
     return {"outcome": "raised" if error else "finished", "stdout": _clip(out.getvalue()),
-            "stderr": _clip(err.getvalue()), "result": result, "error": error}
+            "stderr": _clip(err.getvalue()), "result": result, "error": error, "error_full": error_full}
 
 
 def exec_cell(source: str, namespace: dict[str, Any], filename: str) -> Any:

@@ -1,4 +1,5 @@
-"""ConfigForm: every JobConfig field as a widget, grouped by section, validated as you type."""
+"""ConfigForm: every JobConfig field as a widget, grouped by section, validated as a whole when a
+field is committed (Enter, Tab or a click elsewhere), never on a keystroke on the way."""
 
 from __future__ import annotations
 
@@ -23,8 +24,11 @@ from workbench.ui.fields import (
 )
 
 INVALID_BORDER = "2px solid #d9534f"
+MARK = "✘"
+"""The invalid mark: a symbol every font here has (the ❌ emoji drew as an empty box in headless Chromium)."""
+MARK_STYLE = "color:#d32f2f;font-weight:bold"
 ERROR_STYLE = ("color:var(--jp-ui-font-color1,#222);border-left:3px solid #d9534f;padding:0 6px;"
-               "font-size:90%;white-space:normal")
+               "font-size:90%;white-space:normal;line-height:1.4")
 """Problem text in the theme's own font colour (readable light or dark), marked red at its edge."""
 _DESCRIPTION = {"description_width": "190px"}
 
@@ -38,11 +42,13 @@ def make_widget(spec: FieldSpec, value: Any) -> w.ValueWidget:
     if spec.kind == "bool":
         return w.Checkbox(value=value, indent=True, **common)
     placeholder = "empty = none" if spec.optional else ""
-    return w.Text(value=to_widget(spec, value), placeholder=placeholder, **common)
+    # continuous_update=False: the value reaches the kernel when the field is committed (Enter, or the
+    # focus leaves it), so typing "2.5" over 32 never validates the "2" on the way as a config.
+    return w.Text(value=to_widget(spec, value), placeholder=placeholder, continuous_update=False, **common)
 
 
 class FieldRow:
-    """One field: its widget, a ❌ mark, the doc in small muted text, and the problem written under it."""
+    """One field: its widget, a ✘ mark, the doc in small muted text, and the problem written under it."""
 
     def __init__(self, spec: FieldSpec, value: Any):
         self.spec = spec
@@ -58,10 +64,10 @@ class FieldRow:
         self.widget.value = to_widget(self.spec, value)
 
     def show(self, problems: list[str]) -> None:
-        """Mark the widget invalid (red border, ❌) and write the problems under it, or clear them."""
+        """Mark the widget invalid (red border, ✘) and write the problems under it, or clear them."""
         self.widget.layout.border = INVALID_BORDER if problems else ""
         title = html.escape("\n".join(problems), quote=True)
-        self.mark.value = f'<span title="{title}">❌</span>' if problems else ""
+        self.mark.value = f'<span title="{title}" style="{MARK_STYLE}">{MARK}</span>' if problems else ""
         self.error.value = "".join(f'<div class="wb-field-error" style="{ERROR_STYLE}">{html.escape(p)}</div>'
                                    for p in problems)
         self.error.layout.display = "" if problems else "none"
@@ -201,7 +207,7 @@ class ConfigForm:
             section = self.rows[path].spec.section if path in self.rows else None
             if section in counts:
                 counts[section] += len(found)
-        titles = tuple(f"{name}  ❌ {counts[name]}" if counts[name] else name for name in self.section_names)
+        titles = tuple(f"{name}  {MARK} {counts[name]}" if counts[name] else name for name in self.section_names)
         if titles != tuple(self.accordion.titles):
             self.accordion.titles = titles
 
@@ -224,7 +230,7 @@ def problems_html(problems: list[str], title: str = "") -> str:
     items = "".join(f"<li>{html.escape(p)}</li>" for p in problems)
     head = html.escape(title or f"{len(problems)} problem(s) in the job config:")
     return (f'<div class="wb-problems" style="color:var(--jp-ui-font-color1,#222);border:1px solid #d9534f;'
-            f'border-left-width:4px;padding:4px 8px">'
+            f'border-left-width:4px;padding:4px 8px;line-height:1.4">'
             f"<b>{head}</b><ul style='margin:2px 0'>{items}</ul></div>")
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as w
 
 from workbench.results.history import runs
+from workbench.ui.tables import header_cell, scrolling
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 SHOWN = ["name", "status", "start", "duration_s", "world_size", "effective_batch", "lr", "rule", "steps",
          "last_loss", "best_loss"]
 CELL = "padding:2px 8px;text-align:right;color:var(--jp-ui-font-color1,#222)"
+TEXT_COLUMNS = ("name", "status", "start", "rule")
 
 
 class RunsView:
@@ -35,7 +37,8 @@ class RunsView:
         self.frame: pd.DataFrame = runs(root)
         self.dashboard: Dashboard | None = None
         self.table = w.HTML()
-        self.select = w.SelectMultiple(options=[], rows=6, description="runs", layout=w.Layout(width="640px"))
+        self.select = w.SelectMultiple(options=[], rows=6, description="runs",
+                                       layout=w.Layout(width="640px", max_width="100%"))
         self.buttons = {name: w.Button(description=name, icon=icon, tooltip=tip) for name, icon, tip in (
             ("Refresh", "refresh", "read the run folders again"),
             ("Open", "eye", "show the dashboard of the (first) selected run"),
@@ -130,13 +133,22 @@ class RunsView:
 
 
 def runs_html(frame: pd.DataFrame) -> str:
+    """The runs as a table: one line per run (names and times never wrap), column names that wrap
+    after an underscore, every column there (it scrolls sideways when wider than the widget)."""
     if not len(frame):
         return "<span style='color:var(--jp-ui-font-color1,#222)'>no runs yet</span>"
     shown = [c for c in SHOWN if c in frame] + [c for c in frame.columns if c.startswith("val_")]
-    head = "".join(f"<th style='{CELL}'>{html.escape(c)}</th>" for c in shown)
-    rows = "".join("<tr>" + "".join(f"<td style='{CELL}'>{_cell(row[c])}</td>" for c in shown) + "</tr>"
+    head = "".join(header_cell(c, _align(c, wrap=True)) for c in shown)
+    rows = "".join("<tr>" + "".join(f"<td style='{_align(c)}'>{_cell(row[c])}</td>" for c in shown) + "</tr>"
                    for _, row in frame.iterrows())
-    return f"<table class='wb-runs'><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+    return scrolling(f"<table class='wb-runs'><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
+
+
+def _align(column: str, wrap: bool = False) -> str:
+    """Numbers to the right, words to the left; a cell does not wrap (a name or a time stays on its
+    line), a header may (after an underscore)."""
+    side = "left" if column in TEXT_COLUMNS else "right"
+    return f"{CELL};text-align:{side}" + ("" if wrap else ";white-space:nowrap")
 
 
 def _cell(value: Any) -> str:

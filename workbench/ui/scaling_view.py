@@ -10,6 +10,7 @@ import pandas as pd
 
 from workbench.config.scaling import RULES, parse_world_sizes, scaling_table
 from workbench.errors import ConfigError
+from workbench.ui.tables import header_cell, scrolling
 
 if TYPE_CHECKING:
     from workbench.config.sections import JobConfig
@@ -20,7 +21,7 @@ MEASURED = {"samples_per_s": "measured_samples_per_s", "efficiency": "measured_e
 SELECTED_STYLE = ("background:var(--jp-layout-color2,#eee);color:var(--jp-ui-font-color0,#000);font-weight:bold;"
                   "box-shadow:inset 4px 0 0 #f57c00")
 """The config's own row: the theme's own contrast pair (readable light and dark), an orange edge."""
-MUTED = "color:var(--jp-ui-font-color2,#666);font-size:85%"
+MUTED = "color:var(--jp-ui-font-color2,#666);font-size:85%;line-height:1.4"
 
 
 def scaling_frame(cfg: JobConfig, world_sizes: list[int], choice: str = "config",
@@ -47,14 +48,16 @@ def merge_measured(frame: pd.DataFrame, measured: pd.DataFrame | None) -> pd.Dat
 def table_html(frame: pd.DataFrame) -> str:
     """An HTML table; rows at the config's own world size carry class wb-selected and a highlight."""
     shown = [c for c in frame.columns if c != "selected"]
-    head = "".join(f"<th style='padding:2px 8px'>{html.escape(c)}</th>" for c in shown)
+    head = "".join(header_cell(c, "padding:2px 6px;text-align:right") for c in shown)
     rows = []
     for _, row in frame.iterrows():
         selected = bool(row.get("selected", False))
         attrs = f' class="wb-selected" style="{SELECTED_STYLE}"' if selected else ""
-        cells = "".join(f"<td style='padding:2px 8px;text-align:right'>{_cell(c, row[c])}</td>" for c in shown)
+        cells = "".join(f"<td style='padding:2px 6px;text-align:right;white-space:nowrap'>{_cell(c, row[c])}</td>"
+                        for c in shown)
         rows.append(f"<tr{attrs}>{cells}</tr>")
-    return f"<table class='wb-scaling'><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    table = f"<table class='wb-scaling'><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    return scrolling(table)
 
 
 def _cell(column: str, value: Any) -> str:
@@ -74,15 +77,19 @@ class ScalingView:
         self.form = form
         self.measured = measured
         self.frame = pd.DataFrame()
-        self.rule = w.Dropdown(options=RULE_CHOICES, value="config", description="rule")
-        self.world_sizes = w.Text(value=world_sizes, description="world sizes", continuous_update=False)
+        narrow = {"description_width": "initial"}
+        self.rule = w.Dropdown(options=RULE_CHOICES, value="config", description="rule", style=narrow,
+                               layout=w.Layout(width="220px"))
+        self.world_sizes = w.Text(value=world_sizes, description="world sizes", continuous_update=False,
+                                  style=narrow, layout=w.Layout(width="200px"))
         self.note = w.HTML()
         self.table = w.HTML()
         self.rule.observe(lambda _: self.update(), names="value")
         self.world_sizes.observe(lambda _: self.update(), names="value")
         self.stale = w.HTML()
         form.observe_problems(lambda _problems: self.update())
-        self.widget = w.VBox([w.HBox([self.rule, self.world_sizes]), self.stale, self.table, self.note])
+        controls = w.HBox([self.rule, self.world_sizes], layout=w.Layout(flex_flow="row wrap"))
+        self.widget = w.VBox([controls, self.stale, self.table, self.note])
         self.update()
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
@@ -112,12 +119,14 @@ class ScalingView:
 
 
 def _stale(problems: list[str], shown: bool) -> str:
-    """Say so when the table is not the form's config (which has problems)."""
+    """Say so when the table is not the form's config (which has problems), and list every problem."""
     if not problems:
         return ""
-    what = ("this table shows the last valid config, not the form's" if shown else
+    what = ("this table shows the last valid config (valid as a whole), not the form's" if shown else
             "no table: the form has never held a valid config")
-    return _note(f"⚠ {what} ({len(problems)} problem(s) in the form: {problems[0]})")
+    items = "".join(f"<li>{html.escape(p)}</li>" for p in problems)
+    return (f"<div class='wb-note wb-stale' style='{NOTE_STYLE}'>⚠ {html.escape(what)}; "
+            f"{len(problems)} problem(s) in the form:<ul style='margin:2px 0;padding-left:18px'>{items}</ul></div>")
 
 
 def _caption(cfg: JobConfig, choice: str) -> str:
@@ -126,7 +135,7 @@ def _caption(cfg: JobConfig, choice: str) -> str:
            else f"world size ({cfg.world_size})")
     text = (f"effective batch = micro_batch_size × grad_accum_steps × world_size; lr = base lr × multiplier "
             f"(rule: {html.escape(rule)}); the highlighted row is the config's own {html.escape(row)}.")
-    return f"<span style='{MUTED}'>{text}</span>{accumulation_note(cfg)}"
+    return f"<div style='{MUTED}'>{text}</div>{accumulation_note(cfg)}"
 
 
 def accumulation_note(cfg: JobConfig) -> str:
@@ -136,14 +145,17 @@ def accumulation_note(cfg: JobConfig) -> str:
         return ""
     batch = t.micro_batch_size * t.grad_accum_steps * cfg.world_size
     return (f"<div class='wb-accum-note' style='color:var(--jp-ui-font-color1,#222);border-left:3px solid "
-            f"#f57c00;padding:0 6px;margin-top:4px'>grad_accum_steps = {t.grad_accum_steps} multiplies the "
-            f"effective batch by {t.grad_accum_steps} ({t.micro_batch_size} × {t.grad_accum_steps} × "
+            f"#f57c00;padding:0 6px;margin-top:4px;line-height:1.4'>grad_accum_steps = {t.grad_accum_steps} "
+            f"multiplies the effective batch by {t.grad_accum_steps} ({t.micro_batch_size} × {t.grad_accum_steps} × "
             f"{cfg.world_size} = {batch}), but the lr rule ({html.escape(cfg.scaling.rule)}) keys on world size "
             f"only (world_size / lr_ref_world_size): the lr is not scaled for accumulation. Set train.lr for "
             f"this batch yourself if you change grad_accum_steps.</div>")
 
 
+NOTE_STYLE = ("color:var(--jp-ui-font-color1,#222);border-left:3px solid #d9534f;padding:0 6px;white-space:normal;"
+              "line-height:1.4")
+
+
 def _note(text: str) -> str:
-    return (f"<div class='wb-note' style='color:var(--jp-ui-font-color1,#222);border-left:3px solid #d9534f;"
-            f"padding:0 6px'>{html.escape(text)}</div>")
+    return f"<div class='wb-note' style='{NOTE_STYLE}'>{html.escape(text)}</div>"
 

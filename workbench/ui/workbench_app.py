@@ -55,7 +55,11 @@ class Workbench:
                                           layout=w.Layout(display="none"),
                                           tooltip="End the warm ranks (and release a SLURM allocation)")
         self.close_pool_button.on_click(lambda _button: self.close_pool())
-        self.status = w.HTML(_task_note(fn or task, "function" if fn is not None else "task"))
+        self._idle_status = _task_note(fn or task, "function" if fn is not None else "task")
+        self.status = w.HTML(self._idle_status)
+        self._refused = False
+        """The status line says "not submitted" (problems): it goes when the form is valid again."""
+        self.form.observe_problems(self._on_checked)
         self.picker = w.Dropdown(description="run", options=[], layout=w.Layout(display="none", width="520px"))
         self.picker.observe(lambda change: self._show(change["new"]), names="value")
         self.run_box = w.VBox()
@@ -103,12 +107,20 @@ class Workbench:
         except ConfigError as exc:
             self.form.show_problems(exc.problems, "not submitted - fix these first:")
             self.status.value = _message("not submitted: the config has problems (listed in the form)", ok=False)
+            self._refused = True
             return None
         except Exception as exc:  # noqa: BLE001 - a button callback: show it, don't lose it in a log
             self.status.value = _message(f"submit failed: {type(exc).__name__}: {exc}", ok=False)
             return None
         self._add_run(run)
         return run
+
+    def _on_checked(self, problems: list[str]) -> None:
+        """After each check of the form: a "not submitted" about problems clears once there are none."""
+        if self._refused and not problems:
+            self._refused = False
+            ready = _message("the form's config is valid: ready to submit", ok=True)
+            self.status.value = "<br>".join(filter(None, (self._idle_status, ready)))
 
     def _warm_pool(self, cfg: JobConfig) -> Pool:
         """The widget's pool, started for this config's ranks when there is none (or it closed, or
@@ -141,6 +153,7 @@ class Workbench:
         self.picker.layout.display = "" if len(self.runs) > 1 else "none"
         self.picker.value = key  # shows its dashboard
         self._show(key)
+        self._refused = False
         self.status.value = _message(f"submitted {run.folder}", ok=True)
 
     def _show(self, key: str | None) -> None:

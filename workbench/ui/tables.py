@@ -1,0 +1,29 @@
+"""HTML tables that fit their widget: cells on one line, column names that wrap after an underscore
+(never inside a word), and a box that scrolls sideways when the table is still wider than the widget."""
+
+from __future__ import annotations
+
+import html
+
+SCROLL_STYLE = "width:0;min-width:100%;overflow-x:auto;line-height:1.3"
+"""width:0 keeps the table's width out of the widget's own (the widget's flex box would otherwise grow
+to the table and be cut off at the output's edge); min-width:100% then makes the box the widget's width."""
+
+
+def header_html(name: str) -> str:
+    """A column name that may wrap after an underscore (steps_per_ / epoch), never inside a word; a
+    unit of one or two letters stays with its word (duration_s)."""
+    parts = name.split("_")
+    if len(parts) > 1 and len(parts[-1]) < 3:
+        parts[-2:] = [f"{parts[-2]}_{parts[-1]}"]
+    return "_<wbr>".join(html.escape(part) for part in parts)
+
+
+def header_cell(name: str, style: str) -> str:
+    """A <th> for column `name`; its full name is also the cell's tooltip."""
+    return f"<th title='{html.escape(name, quote=True)}' style='{style}'>{header_html(name)}</th>"
+
+
+def scrolling(table: str) -> str:
+    """`table` in a box as wide as its widget that scrolls sideways when the table is wider."""
+    return f"<div class='wb-table-scroll' style='{SCROLL_STYLE}'>{table}</div>"
