@@ -1,14 +1,16 @@
 """Every notebook in notebooks/ runs top to bottom in a real kernel (nbclient) without a cell error.
 
-Parametrized over the glob, so a new notebook is executed without touching this file.  Each runs in a
-fresh temp dir as its cwd, with WORKBENCH_RUN_ROOT pointing there, so no run lands in the repo.
-The SLURM notebook also gets the `slurm` marker and the real `slurm_cluster` fixture.
+Parametrized over the glob, so a new notebook is executed without touching this file.  Each runs as a
+user opens it: the kernel's working folder is notebooks/, the run root is the notebooks' default
+(notebooks/runs, git-ignored), and no WORKBENCH_* variable is set.  Afterwards `git status` shows
+nothing new, and the run folders the notebook made are removed.  The SLURM notebook also gets the
+`slurm` marker and the real `slurm_cluster` fixture.
 """
 
 from __future__ import annotations
 
-import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import nbformat
@@ -18,8 +20,10 @@ from nbclient.exceptions import CellExecutionError
 
 import workbench
 from tests.support import REPO
+from tests.support.checkout import git_status, remove_runs, run_folders, user_env
 
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
+RUN_ROOT = REPO / "notebooks" / "runs"  # the notebooks' default run root, opened in place
 pytestmark = pytest.mark.notebook
 
 CELL_TIMEOUT_S = 280  # one cell; the whole notebook is bounded by the test's own timeout
@@ -56,21 +60,20 @@ def _params() -> list:
     return params
 
 
-def execute(path: Path, cwd: Path, env: dict[str, str] | None = None) -> nbformat.NotebookNode:
-    """Run every cell of `path` in a fresh python3 kernel with cwd `cwd`; raise on the first cell error."""
+def execute(path: Path, env: dict[str, str] | None = None) -> nbformat.NotebookNode:
+    """Run every cell of `path` in a fresh python3 kernel whose working folder is the notebook's own, with
+    a user's environment (plus `env`); raise on the first cell error."""
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(nb, kernel_name="python3", timeout=CELL_TIMEOUT_S, startup_timeout=120,
-                            resources={"metadata": {"path": str(cwd)}}, allow_errors=False)
-    kernel_env = {**os.environ, "WORKBENCH_RUN_ROOT": str(cwd), **(env or {})}
-    kernel_env.pop("MPLBACKEND", None)  # the notebooks use the inline backend
-    client.execute(env=kernel_env)
+                            resources={"metadata": {"path": str(path.parent)}}, allow_errors=False)
+    client.execute(env={**user_env(), **(env or {})})
     return nb
 
 
-def _run_notebook(path: Path, tmp_path: Path, env: dict[str, str] | None = None) -> nbformat.NotebookNode:
+def _run_notebook(path: Path, env: dict[str, str] | None = None) -> nbformat.NotebookNode:
     started = time.monotonic()
     try:
-        nb = execute(path, tmp_path, env)
+        nb = execute(path, env)
     except CellExecutionError as exc:
         pytest.fail(f"{path.name}: a cell failed:\n{exc}", pytrace=False)
     print(f"{path.name}: executed in {time.monotonic() - started:.1f} s")
@@ -104,15 +107,27 @@ def test_notebook_is_saved_clean_with_a_kernelspec(path: Path):
     assert "WORKBENCH_RUN_ROOT" in first_code, "the first code cell must read WORKBENCH_RUN_ROOT"
 
 
+@pytest.fixture
+def runs_before() -> Iterator[set[Path]]:
+    """The run folders there were before the notebook ran; afterwards the new ones are removed and
+    git status shows nothing new."""
+    before, folders = git_status(), run_folders(RUN_ROOT)
+    yield folders
+    new = sorted(git_status() - before)
+    remove_runs(run_folders(RUN_ROOT) - folders)
+    assert not new, f"the notebook left files git sees (add them to .gitignore or write them elsewhere): {new}"
+
+
 @pytest.mark.parametrize("path", _params())
-def test_notebook_runs(path: Path, tmp_path: Path, request: pytest.FixtureRequest):
+def test_notebook_runs(path: Path, runs_before: set[Path], request: pytest.FixtureRequest):
     env = None
     if path.name in SLURM_NOTEBOOKS:
         cluster = request.getfixturevalue("slurm_cluster")  # session fixture: starts (or skips) the cluster
-        env = {**cluster.env, "WORKBENCH_SLURM_PARTITION": cluster.partition}
-    nb = _run_notebook(path, tmp_path, env)
-    runs = [p.parent for p in tmp_path.rglob("run.json")]
-    assert runs, f"{path.name} wrote no run under WORKBENCH_RUN_ROOT={tmp_path}"
+        env = {**cluster.env, "WORKBENCH_SLURM_PARTITION": cluster.partition}  # a SLURM user's shell has these
+    nb = _run_notebook(path, env)
+    made = run_folders(RUN_ROOT) - runs_before
+    assert any((folder / "run.json").exists() or any(folder.rglob("run.json")) for folder in made), \
+        f"{path.name} wrote no run under {RUN_ROOT}"
     if path.name == "06_warm_ranks.ipynb":
         _check_ranks_magic(nb)
     if path.name == "01_quickstart.ipynb":
