@@ -160,7 +160,7 @@ def test_cancelling_a_job_keeps_the_pool(pool):
 
 @pytest.mark.timeout(300)
 def test_a_hung_job_is_found_and_the_pool_respawns(pool):
-    run = pool.submit_fn(_steps_slowly)
+    run = pool.submit_fn(_steps_slowly, cfg=pool.cfg.replace(dist__lost_after_s=10))  # lost after 10 s
     wait_for_step(run, 3, timeout=60)
     stopped = read_json(run.dir.status(1))["pid"]
     os.kill(stopped, signal.SIGSTOP)  # a hung rank: its neighbour names it lost, its agent kills it

@@ -79,9 +79,10 @@ def test_killing_the_submitters_process_group_leaves_the_run_training(tmp_path):
 
 
 def test_a_stopped_rank_is_named_lost_and_killed_with_the_run(tmp_path):
-    """SIGSTOP (a hung rank): its neighbour reports it lost after rankstate.LOST_AFTER_S, every
-    rank's agent ends its worker, and the stopped process does not survive."""
-    run = workbench.submit(cfg(tmp_path, **ENDLESS, checkpoint_every_steps=10, dist={"timeout_s": 600}),
+    """SIGSTOP (a hung rank): its neighbour reports it lost after dist.lost_after_s (short here),
+    every rank's agent ends its worker, and the stopped process does not survive."""
+    run = workbench.submit(cfg(tmp_path, **ENDLESS, checkpoint_every_steps=10,
+                               dist={"timeout_s": 600, "lost_after_s": 10}),
                            task=functools.partial(slow, 0.02, **OPTIONS))
     wait_for_step(run, 12)
     stopped = read_json(run.dir.status(1))["pid"]

@@ -170,7 +170,7 @@ def test_a_hung_rank_on_slurm_is_lost_and_its_job_ends_by_itself(slurm_cluster, 
     from workbench.runfolder.layout import read_json
 
     cfg = _cfg(tmp_path, slurm_cluster, 2, 1, max_steps=100000, checkpoint_every_steps=10)
-    cfg = cfg.replace(dist__timeout_s=600)
+    cfg = cfg.replace(dist__timeout_s=600, dist__lost_after_s=10)  # lost after 10 s without a heartbeat
     run = workbench.submit(cfg, task=functools.partial(slow, 0.02, n_train=1024, n_val=128))
     wait_for_step(run, 12, timeout=200)
     os.kill(read_json(run.dir.status(1))["pid"], signal.SIGSTOP)  # the nodes share this machine

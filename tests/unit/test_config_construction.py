@@ -220,7 +220,7 @@ def test_every_message_names_the_field_and_the_fix():
         "train.early_stopping.patience": 0, "train.early_stopping.min_delta": -1.0, "scaling.cap": 0.5,
         "dist.nodes": 2, "dist.procs_per_node": 0, "dist.bucket_cap_mb": 0.0, "dist.threads_per_rank": 0,
         "dist.timeout_s": 0, "dist.check_every_steps": 0, "dist.straggler_threshold": 0.0,
-        "dist.stall_after_s": 0.0, "launch.time_limit": "soon", "launch.run_root": "",
+        "dist.stall_after_s": 0.0, "dist.lost_after_s": 1.0, "launch.time_limit": "soon", "launch.run_root": "",
         "launch.slurm.mem": "lots", "launch.slurm.gpus_per_node": -1, "launch.slurm.cpus_per_task": 0,
     }
     data: dict = {}

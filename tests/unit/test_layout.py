@@ -5,6 +5,7 @@ no import cycles, lazy ones included (but for the one-line Run.dashboard conveni
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -163,13 +164,84 @@ def test_no_import_cycles_lazy_imports_included():
             visit(module)
 
 
+RUN_FOLDER_NAME = re.compile(
+    r"rank|\.jsonl?$|\.png$|\.csv$|\.pt$|\.pkl$|run\.json|config\.yaml|summary|world|scaling|set-aside|pool-job|"
+    r"down|^gen|^(metrics|events|status|errors|stacks|checkpoints|logs|plots|procs|results|rendezvous|tensorboard|"
+    r"wandb|exports|jobs|done|taken|ready|pools)$|^metrics\.")
+"""A name that belongs to a run folder (or a pool's, or a scaling bench's): RunDir and its kin build it."""
+RUN_FOLDER_GLOB = re.compile(r"rank|run\.json|step-|_log\.|\.pt$|failure-|world|scaling|pool-job|down")
+"""A glob or name pattern over run-folder files (not any *.json: Jupyter's runtime files are not ours)."""
+NAME_PART = re.compile(r"rank\*|\*/run\.json|pool-job|-down-rank|set-aside-|-restart\{|^gen\{\}$")
+"""Pieces of run-folder names and patterns that only a name being built contains, wherever it stands."""
+KEYED = ("rendezvous", "down_mark", "pool_log")
+"""RunDir methods whose key or tag the layout builds too (start_key, restart_key, generation_key)."""
+
+
+def _literal(node: ast.AST) -> str | None:
+    """The text of a string literal, of an f-string with "{}" for each value; None for anything else."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+    return None
+
+
+def hand_built_paths(source: str) -> list[str]:
+    """Where `source` builds a run-folder path or name itself: `x / "name"`, a glob or name pattern
+    for run-folder files, a meeting key or log tag made by hand."""
+    tree = ast.parse(source)
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr)}
+    parts = {id(v) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for v in node.values}
+    found = []
+    for node in ast.walk(tree):
+        text = _literal(node)
+        if text is not None and id(node) not in docstrings | parts and NAME_PART.search(text):
+            found.append(repr(text))
+        if _builds_a_name(node):
+            found.append(ast.unparse(node))
+    return found
+
+
+def _builds_a_name(node: ast.AST) -> bool:
+    """`x / "name"`, `x.glob("pattern")` with a run-folder name, or a RunDir key method given a literal."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+        text = _literal(node.right)
+        return text is not None and bool(RUN_FOLDER_NAME.search(text))
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args):
+        return False
+    text = _literal(node.args[0])
+    if node.func.attr in ("glob", "rglob", "with_name"):
+        return text is not None and bool(RUN_FOLDER_GLOB.search(text))
+    return node.func.attr in KEYED and text is not None
+
+
 def test_one_module_builds_run_folder_paths():
-    """Paths inside a run folder come from workbench.runfolder.layout.RunDir, never built by hand elsewhere."""
-    kinds = ("metrics", "events", "status", "errors", "stacks", "checkpoints", "logs", "plots")
+    """Paths and names inside a run folder (folders, files, globs, meeting keys, log tags) come from
+    workbench.runfolder.layout, never built by hand elsewhere."""
     for path in PACKAGE.rglob("*.py"):
         if path.relative_to(PACKAGE).as_posix() == "runfolder/layout.py":
             continue
-        text = path.read_text()
-        for kind in kinds:
-            for pattern in (f'/ "{kind}"', f"/ '{kind}'"):
-                assert pattern not in text, f"{path.relative_to(PACKAGE)} builds a run-folder path by hand: {pattern}"
+        found = hand_built_paths(path.read_text())
+        assert not found, f"{path.relative_to(PACKAGE)} builds run-folder paths by hand: {found}"
+
+
+@pytest.mark.parametrize("source", [
+    'run.root / "wandb"', 'run.dir.plots / "loss.png"', 'Path(folder) / "scaling.png"', 'folder / "scaling.csv"',
+    'folder / f"world{n}"', 'base.parent / f"scaling-{base.name}"', 'run.root / "metrics" / f"rank{r}.jsonl"',
+    'folder.glob("rank*.jsonl")', 'MultiTail(folder, "rank*.jsonl")', 'base.glob("*/run.json")',
+    'run.checkpoints.glob("step-*.pt")', 'run.rendezvous(f"{key}-down-rank{r}")', 'pool.rendezvous(f"gen{g}")',
+    'run.pool_log(f"pool-job{n}", 0, "err")', 'logdir / f"rank{rank}"', 'output_to(run, f"pool-job{number}", rank)',
+    'found = {p.parent for pattern in ("*/run.json", "*/*/run.json") for p in base.glob(pattern)}',
+    'run.dir.exports / f"metrics.{fmt}"', 'key = f"{self.job_key}-restart{restart}"', 'key = f"gen{generation}"',
+])
+def test_the_path_check_catches_hand_built_names(source):
+    assert hand_built_paths(source), source
+
+
+def test_the_path_check_passes_paths_that_are_not_the_run_folders():
+    ok = ['Path.home() / ".jupyter" / "lab"', 'root / "config" / "sections.py"', 'run.rendezvous(key)',
+          'Path(jupyter_runtime_dir()).glob("jpserver-*.json")',
+          'path.with_name(f".{path.name}.tmp-{pid}")', 'run.pool_log(number, rank, "out")']
+    assert [s for s in ok if hand_built_paths(s)] == []

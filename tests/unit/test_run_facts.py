@@ -13,17 +13,18 @@ import pytest
 
 from workbench.config import JobConfig
 from workbench.engine.monitor import RankMonitor
+from workbench.errors import ConfigError
 from workbench.launch.run import Run
 from workbench.launch.status import run_status
 from workbench.runfolder.layout import RunDir, write_json_atomic
-from workbench.runfolder.rankstate import LOST_AFTER_S, RANK_STATES, SILENT_AFTER_S
+from workbench.runfolder.rankstate import RANK_STATES, SILENT_AFTER_S
 from workbench.runfolder.writer import JsonlWriter
 
 pytestmark = pytest.mark.timeout(60)
 
 
-def _run_folder(tmp_path: Path, world: int = 2) -> RunDir:
-    cfg = JobConfig.from_dict({"dist": {"procs_per_node": world}, "launch": {"run_root": str(tmp_path)}})
+def _run_folder(tmp_path: Path, world: int = 2, **dist: float) -> RunDir:
+    cfg = JobConfig.from_dict({"dist": {"procs_per_node": world, **dist}, "launch": {"run_root": str(tmp_path)}})
     return RunDir(tmp_path / "run").prepare(cfg, "local")
 
 
@@ -55,7 +56,7 @@ def test_silent_then_lost_by_one_rule_and_one_message(tmp_path):
     status = run_status(run, 2, job_done=False, cancelled=False, frames={})
     assert status.state == "running" and [r.silent for r in status.ranks] == [False, True]
 
-    _status(run, 1, "running", 5, age_s=LOST_AFTER_S + 5)
+    _status(run, 1, "running", 5, age_s=JobConfig().dist.lost_after_s + 5)
     status = run_status(run, 2, job_done=False, cancelled=False, frames={})
     assert status.ranks[1].state == "lost" and status.state == "failed"
     seen_from_outside = Run(run.root).exception(status)
@@ -69,6 +70,36 @@ def test_silent_then_lost_by_one_rule_and_one_message(tmp_path):
     pattern = r"rank 1 sent no heartbeat for \d+ s \(killed by a signal, out of memory, or its node failed\)"
     assert re.fullmatch(pattern, seen_from_outside.message)
     assert re.fullmatch(pattern + "; noticed by rank 0", written.message)
+
+
+def test_the_runs_lost_after_s_is_the_one_limit_of_its_watcher_and_its_readers(tmp_path):
+    """dist.lost_after_s: the ranks' watcher (RankMonitor, given it as the engine gives it), the
+    status and the Run handle (reading the run's config) call a rank lost past the same limit."""
+    run = _run_folder(tmp_path, lost_after_s=10)
+    lost_after_s = JobConfig.from_yaml(run.config).dist.lost_after_s
+    _status(run, 0, "running", 5)
+    _status(run, 1, "running", 5, age_s=8)
+    status = run_status(run, 2, job_done=False, cancelled=False, frames={}, lost_after_s=lost_after_s)
+    assert [r.state for r in status.ranks] == ["running", "running"] and status.ranks[1].silent
+    monitor = RankMonitor(run, 0, 2, lost_after_s=lost_after_s)
+    monitor._watch_neighbour()
+    assert not run.error(1).exists()
+    assert "ended without reporting" in Run(run.root).exception().message  # the job ended 8 s after a beat
+
+    _status(run, 1, "running", 5, age_s=12)
+    status = run_status(run, 2, job_done=False, cancelled=False, frames={}, lost_after_s=lost_after_s)
+    assert status.ranks[1].state == "lost" and status.state == "failed"
+    assert "sent no heartbeat for 12 s" in Run(run.root).exception().message  # the handle read the config's 10 s
+    monitor._watch_neighbour()
+    monitor.close()
+    assert run.read_error(1)["type"] == "Lost" and "noticed by rank 0" in run.read_error(1)["message"]
+
+
+def test_lost_after_s_is_a_checked_dist_field():
+    assert JobConfig().dist.lost_after_s == 60.0
+    assert "dist.lost_after_s" in JobConfig.docs()
+    with pytest.raises(ConfigError, match=r"dist.lost_after_s: must be >= 5, got 1.0; ranks beat every 2 s"):
+        JobConfig.from_dict({"dist": {"lost_after_s": 1}})
 
 
 def test_the_earliest_failure_is_blamed_not_a_rank_killed_after_it(tmp_path):

@@ -176,6 +176,8 @@ class DistConfig:
     """A rank whose median step time exceeds the ranks' median by this fraction is a straggler."""
     stall_after_s: float = 300.0
     """Seconds without a finished step before a rank is reported stalled and its stacks are dumped."""
+    lost_after_s: float = 60.0
+    """Seconds without a heartbeat (ranks beat every 2 s) before a rank is called lost and the run stops."""
 
     def __post_init__(self) -> None:
         _settle(self, "dist")

@@ -12,7 +12,8 @@ does:
 - after a failure, with ``launch.max_restarts`` left, every rank's agent starts its worker again
   (from the run's latest checkpoint), together: each marks its worker down, rank 0 moves the
   failed attempt's error files to errors/failure-N/ and publishes a fresh meeting port, the others
-  wait for it.  The worker sees TORCHELASTIC_RESTART_COUNT as under torchrun."""
+  wait for it (engine.supervisor: watching the peers, the regroup barrier, naming the failure).
+  The worker sees TORCHELASTIC_RESTART_COUNT as under torchrun."""
 
 from __future__ import annotations
 
@@ -30,18 +31,16 @@ from typing import Any
 from workbench.engine.env import DistEnv
 from workbench.engine.monitor import PEER_FAILED_EXIT_CODE, node_name
 from workbench.engine.preempt import SIGNAL as PREEMPT_SIGNAL
-from workbench.engine.rendezvous import RankContract, attempt, publish_port
+from workbench.engine.rendezvous import RankContract, attempt
+from workbench.engine.supervisor import LOST, POLL_S, Supervisor
 from workbench.engine.worker import ATTEMPT_ENV, REQUEUE_EXIT_CODE
 from workbench.proctree import KILL_AFTER_S, Proc, end, parent_death_signal, signal_name
+from workbench.runfolder import events
 from workbench.runfolder.failures import error_record, last_traceback, reserve_error_space, write_error
 from workbench.runfolder.layout import RunDir, read_json, write_json_atomic
-from workbench.runfolder.rankstate import HEARTBEAT_S, killed_message
+from workbench.runfolder.rankstate import killed_message
 from workbench.runfolder.writer import JsonlWriter
 
-POLL_S = 0.1
-PEER_EXIT_GRACE_S = 2 * HEARTBEAT_S + 2
-"""After a peer's failure a worker stops itself within a heartbeat; past this its agent ends it."""
-REGROUP_TIMEOUT_S = 300.0
 STDERR_TAIL_BYTES = 32_000
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -56,7 +55,8 @@ def run_agent(run_dir: str, contract: RankContract, worker_args: list[str], max_
 
     run = RunDir(run_dir)
     env = contract.export(run)
-    agent = RankAgent(run, env, worker_args, max_restarts, f"{submitit.JobEnvironment().job_id}-{attempt()}")
+    job_key = run.start_key(str(submitit.JobEnvironment().job_id), attempt())
+    agent = RankAgent(run, env, worker_args, max_restarts, job_key)
     outcome = agent.serve()
     if outcome == "requeue" and env.rank == 0:
         agent.hand_over_preemption()  # submitit: checkpoint(), requeue, exit
@@ -79,6 +79,7 @@ class RankAgent:
         self._stderr_from = 0
         self._alive_at = time.time()
         self._kill_after_s = KILL_AFTER_S
+        self.supervisor = Supervisor(self.rank, env.world_size, lambda: bool(self.stop_signal))
 
     # --- the loop --------------------------------------------------------------------------------
     def serve(self) -> str:
@@ -117,7 +118,7 @@ class RankAgent:
                 "TORCHELASTIC_RESTART_COUNT": str(restart), "TORCHELASTIC_MAX_RESTARTS": str(self.max_restarts)}
 
     def _watch(self, worker: subprocess.Popen[bytes], number: int) -> str:
-        peer_failed_at: float | None = None
+        self.supervisor.watch_anew()
         while True:
             code = worker.poll()
             if code is not None:
@@ -125,15 +126,17 @@ class RankAgent:
             self._alive_at = time.time()  # a death is dated here: before any peer's error about it
             if self.stop_signal:
                 return "stopped"
-            seen = self._failure_seen(number) if peer_failed_at is None else "peer"
-            if seen == "lost":
-                self._kill_after_s = 0.0  # silent past rankstate.LOST_AFTER_S: no use asking it
+            if self._peers_ended_it(number):
                 return "failed"
-            if seen and peer_failed_at is None:
-                peer_failed_at = time.monotonic()
-            if peer_failed_at is not None and time.monotonic() - peer_failed_at > PEER_EXIT_GRACE_S:
-                return "failed"  # it did not stop by itself (hung, stopped): end() ends it
             time.sleep(POLL_S)
+
+    def _peers_ended_it(self, number: int) -> bool:
+        """This rank was reported lost, or a peer failed and the worker did not stop by itself:
+        the attempt is over (end() ends the worker)."""
+        verdict = self.supervisor.verdict(self.run, number)
+        if verdict == LOST:
+            self._kill_after_s = 0.0  # silent past dist.lost_after_s: no use asking it
+        return verdict is not None
 
     def _ended(self, code: int, number: int) -> str:
         if code == 0:
@@ -145,18 +148,6 @@ class RankAgent:
         if code != PEER_FAILED_EXIT_CODE:
             self._ensure_error(code, number)
         return "failed"
-
-    def _failure_seen(self, number: int) -> str | None:
-        """"lost" when a neighbour reported this rank's (live but silent: hung, stopped) worker lost,
-        "peer" when another rank failed in this attempt, else None."""
-        seen = None
-        for rank, path in self.run.rank_files("errors").items():
-            error = read_json(path)
-            if isinstance(error, dict) and error.get("attempt") == number:
-                if rank == self.rank:
-                    return "lost"
-                seen = "peer"
-        return seen
 
     # --- a worker that died without a word -------------------------------------------------------
     def _ensure_error(self, code: int, number: int) -> None:
@@ -180,7 +171,7 @@ class RankAgent:
                                  exit_code=code, reported_by="agent"), "time": self._alive_at}
         with contextlib.suppress(OSError):
             write_error(self.run, self.rank, record)
-            self._event("error", number, type=kind, message=message)
+            self._event(events.ERROR, number, type=kind, message=message)
 
     def _stderr_text(self) -> str:
         """What the worker wrote to stderr in this attempt (its end)."""
@@ -189,37 +180,23 @@ class RankAgent:
     # --- restarting together ---------------------------------------------------------------------
     def _regroup(self, restart: int) -> bool:
         """Wait until every rank's worker is down, then meet at a fresh port; False if stopped."""
-        key = f"{self.job_key}-restart{restart}"
         number = self.requeue * (self.max_restarts + 1) + restart
         self._write_status("restarting", number)
-        write_json_atomic(self.run.rendezvous(f"{key}-down-rank{self.rank}"), {"time": time.time()})
-        if self.rank == 0:
-            if not self._wait_for(lambda: all(self.run.rendezvous(f"{key}-down-rank{r}").exists()
-                                             for r in range(self.env.world_size))):
-                return False
-            failed = sorted((read_json(p) or {} for p in self.run.rank_files("errors").values()),
-                            key=lambda e: float(e.get("time") or 0))  # the first is the cause
-            self.run.archive_errors()
-            self._event("restart", number, restart=restart, max_restarts=self.max_restarts,
-                        failures=[{k: e.get(k) for k in ("rank", "type", "message", "step", "time")} for e in failed])
-            port = publish_port(self.run.rendezvous(key), self.env.master_addr)
-        else:
-            if not self._wait_for(lambda: read_json(self.run.rendezvous(key)) is not None):
-                return False
-            port = int(read_json(self.run.rendezvous(key))["port"])
-        self.env = dataclasses.replace(self.env, master_port=port)
+        met = self.supervisor.regroup(self.run, self.run.restart_key(self.job_key, restart), self.env.master_addr,
+                                      lead=lambda: self._record_restart(restart, number))
+        if met is None:
+            return False
+        self.env = dataclasses.replace(self.env, master_port=int(met["port"]))
         return True
 
-    def _wait_for(self, ready: Callable[[], bool]) -> bool:
-        deadline = time.monotonic() + REGROUP_TIMEOUT_S
-        while not ready():
-            if self.stop_signal:
-                return False
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"rank {self.rank}: the other ranks did not come back for a restart within "
-                                   f"{REGROUP_TIMEOUT_S:.0f} s (see {self.run.folder('rendezvous')})")
-            time.sleep(POLL_S)
-        return True
+    def _record_restart(self, restart: int, number: int) -> dict[str, Any]:
+        """Rank 0, every worker down: the failed attempt's errors go to errors/failure-N/, the
+        restart event names them (the first is the cause)."""
+        failed = self.supervisor.failures(self.run)
+        self.run.archive_errors()
+        self._event(events.RESTART, number, restart=restart, max_restarts=self.max_restarts,
+                    failures=[{k: e.get(k) for k in ("rank", "type", "message", "step", "time")} for e in failed])
+        return {}
 
     # --- signals ---------------------------------------------------------------------------------
     def _install_signals(self) -> None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 
+from workbench.runfolder import events
 from workbench.runfolder.failures import disk_full_cause, disk_full_error
 from workbench.runfolder.layout import RunDir
 from workbench.runfolder.private import make_dirs, open_private
@@ -33,7 +34,7 @@ class CheckpointWriter:
     def write(self, step: int, epoch: int, make_state: Callable[[], dict[str, Any]]) -> None:
         with self.monitor.saving:
             path = save_checkpoint(self.run, step, make_state(), self.keep)
-        self.monitor.event("checkpoint", path=str(path), epoch=epoch)
+        self.monitor.event(events.CHECKPOINT, path=str(path), epoch=epoch)
 
 
 class NoCheckpointWriter:
@@ -87,7 +88,7 @@ def save_checkpoint(run: RunDir, step: int, state: dict[str, Any], keep: int) ->
     """Atomically write step-N.pt and drop all but the `keep` newest checkpoints."""
     path = run.checkpoint(step)
     make_dirs(path.parent)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = run.checkpoint_temp(step, os.getpid())
     try:
         with open_private(tmp, "wb") as fh:  # 0600: a checkpoint is a pickle
             torch.save(state, fh)
@@ -107,9 +108,7 @@ def save_checkpoint(run: RunDir, step: int, state: dict[str, Any], keep: int) ->
 
 def list_checkpoints(run: RunDir) -> list[Path]:
     """Finished checkpoints, oldest first (temp files are never listed)."""
-    if not run.checkpoints.is_dir():
-        return []
-    return sorted(p for p in run.checkpoints.glob("step-*.pt"))
+    return run.checkpoint_files()
 
 
 class NoReadableCheckpoint(RuntimeError):

@@ -19,6 +19,7 @@ import torch.distributed as dist
 
 from workbench.engine.env import DistEnv
 from workbench.engine.monitor import RankMonitor
+from workbench.runfolder import events
 from workbench.runfolder.stragglers import slower_than_others
 
 # Updated in every rank's own forward pass (BatchNorm statistics): legitimately rank-local.
@@ -47,7 +48,7 @@ class HealthCheck:
         table = torch.stack([t.cpu() for t in everyone])
         found: dict[str, Any] = {"in_sync": True, "diverged_ranks": [], "first_diverged": None}
         found.update(_divergence(table[:, :-1], self.names))
-        self.monitor.run_event("sync_check", **found, check_s=time.perf_counter() - started)
+        self.monitor.run_event(events.SYNC_CHECK, **found, check_s=time.perf_counter() - started)
         self._report_stragglers(table[:, -1].tolist())
         self.monitor.in_sync = found["in_sync"]
         return found
@@ -62,7 +63,7 @@ class HealthCheck:
 
     def _report_stragglers(self, medians: list[float]) -> None:
         for rank, (others, slower_by) in slower_than_others(medians, self.threshold).items():
-            self.monitor.run_event("straggler", straggler_rank=rank, median_work_s=medians[rank],
+            self.monitor.run_event(events.STRAGGLER, straggler_rank=rank, median_work_s=medians[rank],
                                others_median_work_s=others, slower_by=slower_by)
 
 
@@ -93,7 +94,7 @@ def check_shards(sampler: Any, monitor: RankMonitor, device: str = "cpu") -> dic
     its own order changes from epoch 0 to 1 rides along as the last element."""
     dataset_size = len(sampler.dataset)
     if dataset_size > MAX_SHARD_CHECK_SAMPLES:
-        monitor.run_event("shard_check", skipped=f"dataset of {dataset_size} samples is too large to check")
+        monitor.run_event(events.SHARD_CHECK, skipped=f"dataset of {dataset_size} samples is too large to check")
         return None
     skip, epoch = sampler.skip, sampler.epoch
     orders = []
@@ -107,7 +108,7 @@ def check_shards(sampler: Any, monitor: RankMonitor, device: str = "cpu") -> dic
     everyone = [t.cpu() for t in everyone]
     result = shard_report([t[:-1].tolist() for t in everyone], [bool(t[-1]) for t in everyone],
                           dataset_size, sampler.shuffle)
-    monitor.run_event("shard_check", **result)
+    monitor.run_event(events.SHARD_CHECK, **result)
     return result
 
 

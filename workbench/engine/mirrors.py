@@ -40,7 +40,7 @@ class WandbMirror:
     def __init__(self, cfg: JobConfig, run: RunDir, rank: int):
         import wandb
 
-        folder = run.root / "wandb"
+        folder = run.wandb
         folder.mkdir(exist_ok=True)
         mode: Any = cfg.log.wandb_mode or os.environ.get("WANDB_MODE")  # None: W&B's own default
         self.run = wandb.init(project=cfg.log.wandb_project, name=run.root.name, dir=str(folder),

@@ -21,12 +21,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from workbench.config.sections import DistConfig
 from workbench.engine.mirrors import NoMirrors
 from workbench.engine.userframes import user_traceback
+from workbench.runfolder import events
 from workbench.runfolder.failures import describe, error_record, write_error
 from workbench.runfolder.layout import RunDir, write_json_atomic
 from workbench.runfolder.private import make_dirs, open_private
-from workbench.runfolder.rankstate import ACTIVE, HEARTBEAT_S, LOST_AFTER_S, lost_message
+from workbench.runfolder.rankstate import ACTIVE, HEARTBEAT_S, is_lost, lost_message
 from workbench.runfolder.writer import JsonlWriter
 
 PEER_FAILED_EXIT_CODE = 75
@@ -60,7 +62,7 @@ def announce_starting(run: RunDir, rank: int, attempt: int = 0) -> None:
 
 class RankMonitor:
     def __init__(self, run: RunDir, rank: int, world_size: int, attempt: int = 0, heartbeat_s: float = HEARTBEAT_S,
-                 stall_after_s: float = 300.0):
+                 stall_after_s: float = DistConfig.stall_after_s, lost_after_s: float = DistConfig.lost_after_s):
         self.run, self.rank, self.world_size, self.attempt = run, rank, world_size, attempt
         self.metrics = JsonlWriter(run.metrics(rank))
         self.events = JsonlWriter(run.events(rank))
@@ -73,7 +75,8 @@ class RankMonitor:
         self.state = "starting"
         self.in_sync: bool | None = None
         self.stall_after_s = stall_after_s
-        self.lost_after_s = max(LOST_AFTER_S, 30 * heartbeat_s)
+        self.lost_after_s = lost_after_s
+        """dist.lost_after_s: a neighbour silent this long is reported lost (readers use the same)."""
         self.stalled = False
         self._progress: tuple[Any, float] = ((0, 0), time.time())  # (step, output) and when first seen
         self._cpu_seen = time.process_time()
@@ -92,7 +95,7 @@ class RankMonitor:
     def event(self, kind: str, **fields: Any) -> None:
         self.events.write({"event": kind, "rank": self.rank, "step": self.step, "time": time.time(),
                            "attempt": self.attempt, **fields})
-        if kind == "eval":
+        if kind == events.EVAL:
             self.mirrors.log({"step": self.step, **fields})
 
     def log_metrics(self, record: dict[str, Any]) -> None:
@@ -121,7 +124,7 @@ class RankMonitor:
                                                       self.attempt, node_name(), self.step,
                                                       traceback_full=_clip(full)))
         with contextlib.suppress(OSError):  # the disk may be full
-            self.event("error", type=kind, message=_clip(message, 2000))
+            self.event(events.ERROR, type=kind, message=_clip(message, 2000))
             self.set_state("failed")
 
     @contextlib.contextmanager
@@ -130,7 +133,7 @@ class RankMonitor:
         try:
             yield self
         except (KeyboardInterrupt, SystemExit) as exc:
-            self.event("interrupted", reason=type(exc).__name__)
+            self.event(events.INTERRUPTED, reason=type(exc).__name__)
             self.close("interrupted")
             raise
         except BaseException as exc:
@@ -184,7 +187,8 @@ class RankMonitor:
         elif self.state == "running" and not self.stalled and now - self._progress[1] > self.stall_after_s:
             self.stalled = True
             self.dump_stacks()
-            self.event("stalled", silent_s=round(now - self._progress[1], 1), stacks=str(self.run.stacks(self.rank)))
+            self.event(events.STALLED, silent_s=round(now - self._progress[1], 1),
+                       stacks=str(self.run.stacks(self.rank)))
 
     def _watch_neighbour(self, now: float | None = None) -> None:
         """Each rank watches the next one's heartbeat (a ring: one file read per beat whatever the
@@ -196,7 +200,7 @@ class RankMonitor:
             return
         data = self.run.read_status(peer)  # None when absent or damaged: then it proves nothing
         silent = (now or time.time()) - data["time"] if data else 0.0
-        if data and data.get("state") in ACTIVE and silent > self.lost_after_s:
+        if data and data.get("state") in ACTIVE and is_lost(silent, self.lost_after_s):
             write_error(self.run, peer, error_record(peer, "Lost", lost_message(peer, silent, noticed_by=self.rank),
                                                      "", self.attempt, data.get("host", ""), data.get("step"),
                                                      reported_by=self.rank))
@@ -222,7 +226,7 @@ class RankMonitor:
 
     def _abort(self, peers: list[int]) -> None:
         with self.saving:  # never interrupt a checkpoint being written
-            self.event("aborted", reason=f"rank {peers[0]} failed", failed_ranks=peers)
+            self.event(events.ABORTED, reason=f"rank {peers[0]} failed", failed_ranks=peers)
             self.set_state("aborted")
             self._tell_torchrun(peers[0])
             self.metrics.close()

@@ -9,9 +9,10 @@ writes the job's done file for its rank (and the rank's error file, as for a col
 worker died without one), then every rank starts a fresh worker and they meet at a fresh port
 (generation g+1): a rank whose collective state is unknown is never used again.
 
-Any agent that starts a new generation writes ``rendezvous/gen{g}-down-rank{R}``; the others see
-it and follow.  Rank 0 then notes every job before the next one as done for every rank and
-publishes the port and the next job number.  The pool ends when pool.json says closed (Pool.close,
+Any agent that starts a new generation marks its worker down for the meeting ``gen{g}``
+(engine.supervisor's regroup barrier, as after a cold run's failure); the others see it and
+follow.  Rank 0 then notes every job before the next one as done for every rank and publishes
+the port and the next job number.  The pool ends when pool.json says closed (Pool.close,
 or rank 0's agent after ``idle_timeout_s`` without a job)."""
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ import sys
 import time
 from typing import Any
 
-from workbench.engine.agent import PEER_EXIT_GRACE_S, POLL_S, RankAgent, _stderr_tail
+from workbench.engine.agent import STDERR_TAIL_BYTES, RankAgent, _stderr_tail
 from workbench.engine.monitor import PEER_FAILED_EXIT_CODE
-from workbench.engine.rendezvous import RankContract, free_port
+from workbench.engine.rendezvous import RankContract
+from workbench.engine.supervisor import POLL_S
 from workbench.engine.warm import GENERATION_ENV, NEXT_JOB_ENV
 from workbench.proctree import Proc, end, parent_death_signal
 from workbench.runfolder.layout import PoolDir, RunDir, read_json, write_json_atomic
@@ -93,7 +95,7 @@ class PoolAgent(RankAgent):
         return outcome
 
     def _watch_jobs(self, worker: subprocess.Popen[bytes]) -> str:
-        peer_failed_at: float | None = None
+        self.supervisor.watch_anew()
         while True:
             code = worker.poll()
             if code is not None:
@@ -103,23 +105,16 @@ class PoolAgent(RankAgent):
                 return "stopped"
             if (self.pool.read_meta() or {}).get("closed"):
                 return "closed"
-            if self._peer_regrouping():
+            if self.supervisor.regrouping(self.pool, self.pool.generation_key(self.generation + 1)):
                 return "regroup"
             if self._follow_job() is None:
-                peer_failed_at = None
+                self.supervisor.watch_anew()
                 if self.rank == 0 and self._close_if_idle():
                     return "closed"
             elif self.pool.job_cancel(self.job["job"]).exists():  # type: ignore[index]
                 return "cancelled"
-            elif self.job.get("run_dir"):  # type: ignore[union-attr]
-                seen = self._failure_seen(0) if peer_failed_at is None else "peer"
-                if seen == "lost":
-                    self._kill_after_s = 0.0
-                    return "failed"
-                if seen and peer_failed_at is None:
-                    peer_failed_at = time.monotonic()
-                if peer_failed_at is not None and time.monotonic() - peer_failed_at > PEER_EXIT_GRACE_S:
-                    return "failed"
+            elif self.job.get("run_dir") and self._peers_ended_it(0):  # type: ignore[union-attr]
+                return "failed"
             time.sleep(POLL_S)
 
     def _follow_job(self) -> dict[str, Any] | None:
@@ -164,10 +159,9 @@ class PoolAgent(RankAgent):
     def _stderr_text(self) -> str:
         """A pool worker's stderr during a job is in the run folder's log (warm.output_to)."""
         if self.job is not None and self.job.get("run_dir"):
-            tag = f"pool-job{self.job['job']}"
-            path = RunDir(self.job["run_dir"]).pool_log(tag, self.rank, "err")
+            path = RunDir(self.job["run_dir"]).pool_log(int(self.job["job"]), self.rank, "err")
             try:
-                return path.read_text(errors="replace")[-32_000:]
+                return path.read_text(errors="replace")[-STDERR_TAIL_BYTES:]
             except OSError:
                 return ""
         return _stderr_tail(self._stderr_from)
@@ -199,27 +193,14 @@ class PoolAgent(RankAgent):
             return 0.0
 
     # --- a new generation ------------------------------------------------------------------------
-    def _peer_regrouping(self) -> bool:
-        nxt = self.generation + 1
-        return any(self.pool.rendezvous(f"gen{nxt}-down-rank{r}").exists()
-                   for r in range(self.env.world_size) if r != self.rank)
-
     def _regroup_pool(self) -> bool:
         """Every rank's worker is down: meet at a fresh port, agree on the next job."""
-        key = f"gen{self.generation}"
-        write_json_atomic(self.pool.rendezvous(f"{key}-down-rank{self.rank}"), {"time": time.time()})
-        world = range(self.env.world_size)
-        if self.rank == 0:
-            if not self._wait_for(lambda: all(self.pool.rendezvous(f"{key}-down-rank{r}").exists() for r in world)):
-                return False
-            self.next_job = self._close_jobs_before()
-            write_json_atomic(self.pool.rendezvous(key), {"port": free_port(""), "next_job": self.next_job,
-                                                          "host": self.env.master_addr, "time": time.time()})
-        elif not self._wait_for(lambda: read_json(self.pool.rendezvous(key)) is not None):
+        met = self.supervisor.regroup(self.pool, self.pool.generation_key(self.generation), self.env.master_addr,
+                                      lead=lambda: {"next_job": self._close_jobs_before()})
+        if met is None:
             return False
-        found = read_json(self.pool.rendezvous(key))
-        self.env = dataclasses.replace(self.env, master_port=int(found["port"]))
-        self.next_job = int(found["next_job"])
+        self.env = dataclasses.replace(self.env, master_port=int(met["port"]))
+        self.next_job = int(met["next_job"])
         return True
 
     def _close_jobs_before(self) -> int:

@@ -13,6 +13,7 @@ from workbench.engine.mirrors import Mirrors
 from workbench.engine.monitor import RankMonitor, node_name
 from workbench.engine.preempt import PreemptionFlag
 from workbench.engine.tasks import build_task, load_task_factory, resolve_factory
+from workbench.runfolder import events
 from workbench.runfolder.layout import RunDir, write_json_atomic
 
 
@@ -26,8 +27,9 @@ def run_rank(cfg: JobConfig, run_dir: str, factory: Callable[..., Any] | None = 
     env = DistEnv.from_environ()
     run = RunDir(run_dir)
     _set_threads(torch, env.local_world_size, cfg.dist.threads_per_rank)
-    monitor = RankMonitor(run, env.rank, env.world_size, attempt, stall_after_s=cfg.dist.stall_after_s).start()
-    monitor.mirrors = Mirrors(cfg, run, env.rank, lambda message: monitor.event("warning", message=message))
+    monitor = RankMonitor(run, env.rank, env.world_size, attempt, stall_after_s=cfg.dist.stall_after_s,
+                          lost_after_s=cfg.dist.lost_after_s).start()
+    monitor.mirrors = Mirrors(cfg, run, env.rank, lambda message: monitor.event(events.WARNING, message=message))
     owned = False
     try:
         with monitor.reporting():
@@ -90,7 +92,7 @@ def _train(cfg: JobConfig, env: DistEnv, device: str, run: RunDir, monitor: Rank
     trainer.resume()
     monitor.set_state("running")
     summary = trainer.fit()
-    monitor.event("end", stop_reason=summary["stop_reason"], steps=summary["steps"])
+    monitor.event(events.END, stop_reason=summary["stop_reason"], steps=summary["steps"])
     return summary
 
 

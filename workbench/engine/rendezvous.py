@@ -45,7 +45,7 @@ class RankContract:
         return env
 
     def _slurm_port(self, run: RunDir, job: Any) -> int:
-        path = run.rendezvous(f"{job.job_id}-{attempt()}")
+        path = run.rendezvous(run.start_key(str(job.job_id), attempt()))
         if job.global_rank == 0:
             return publish_port(path, job.hostnames[0])
         return wait_for_port(path, self.rendezvous_timeout_s)
@@ -67,9 +67,10 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def publish_port(path: Path, host: str) -> int:
+def publish_port(path: Path, host: str, **facts: Any) -> int:
+    """Rank 0: a fresh free port on this node, published at `path` with `host` (and `facts`) for the others."""
     port = free_port("")
-    write_json_atomic(path, {"host": host, "port": port, "time": time.time()})
+    write_json_atomic(path, {"host": host, "port": port, "time": time.time(), **facts})
     return port
 
 

@@ -19,7 +19,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from workbench.config.sections import DistConfig
 from workbench.engine.monitor import RankMonitor
+from workbench.runfolder import events
 from workbench.runfolder.layout import RunDir, write_json_atomic
 from workbench.runfolder.private import write_atomic
 
@@ -62,6 +64,7 @@ class ScriptJob:
     """The ranks' working folder (empty: wherever the scheduler starts them)."""
     env: dict[str, str] = field(default_factory=dict)
     """Extra environment variables for the ranks."""
+    lost_after_s: float = DistConfig.lost_after_s
 
     @property
     def label(self) -> str:
@@ -75,7 +78,7 @@ def run_script_rank(job: ScriptJob, run_dir: str, rank: int, attempt: int = 0) -
         os.chdir(job.cwd)
     saved_argv, saved_path = sys.argv, list(sys.path)
     try:
-        with user_code(run_dir, rank, attempt, job.threads_per_rank, job.stall_after_s, job.label, args=list(job.args)):
+        with user_code(run_dir, rank, attempt, job, args=list(job.args)):
             _run_main(job)
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
@@ -93,6 +96,7 @@ class FnJob:
     timeout_s: float = 600.0
     threads_per_rank: int | None = None
     stall_after_s: float = 300.0
+    lost_after_s: float = DistConfig.lost_after_s
 
     @property
     def label(self) -> str:
@@ -111,7 +115,7 @@ def run_fn_rank(job: FnJob, run_dir: str, rank: int, attempt: int = 0) -> Any:
     env = DistEnv.from_environ()
     owned = False
     try:
-        with user_code(run_dir, rank, attempt, job.threads_per_rank, job.stall_after_s, job.label):
+        with user_code(run_dir, rank, attempt, job):
             device, backend = pick_device_and_backend(env.local_rank, job.backend)
             if device.startswith("cuda"):
                 torch.cuda.set_device(device)
@@ -125,26 +129,26 @@ def run_fn_rank(job: FnJob, run_dir: str, rank: int, attempt: int = 0) -> Any:
 
 
 @contextlib.contextmanager
-def user_code(run_dir: str, rank: int, attempt: int, threads: int | None, stall_after_s: float, label: str,
-              **start: Any) -> Iterator[RankMonitor]:
+def user_code(run_dir: str, rank: int, attempt: int, job: ScriptJob | FnJob, **start: Any) -> Iterator[RankMonitor]:
     """What surrounds user code in a rank (a script, a module, a function): threads as torchrun
     sets them, the monitor (heartbeat, stall and output watch, set_epoch check), workbench.log's
     run folder, the start and end events, the failure if it raises, and rank 0's summary."""
     global _monitor
     run = RunDir(run_dir)
-    _set_threads(threads, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    label = job.label
+    _set_threads(job.threads_per_rank, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     monitor = _monitor = RankMonitor(run, rank, int(os.environ["WORLD_SIZE"]), attempt,
-                                     stall_after_s=stall_after_s).start()
+                                     stall_after_s=job.stall_after_s, lost_after_s=job.lost_after_s).start()
     streams = sys.stdout, sys.stderr
     count_output(monitor)
     unwatch = watch_set_epoch(monitor)
     os.environ[RUN_DIR_ENV] = run_dir
     try:
         monitor.set_state("running")
-        monitor.event("start", script=label, **start)
+        monitor.event(events.START, script=label, **start)
         with monitor.reporting():
             yield monitor
-        monitor.event("end", stop_reason="returned")
+        monitor.event(events.END, stop_reason="returned")
         monitor.close("finished")
         if rank == 0:
             write_json_atomic(run.summary, {"status": "finished", "script": label, "steps": monitor.step or None,
@@ -226,7 +230,7 @@ def watch_set_epoch(monitor: RankMonitor) -> Callable[[], None]:
         yield from original(self)
         if self.shuffle and finished.get(key) == order and key not in warned:
             warned.add(key)
-            monitor.event("warning", check="set_epoch", epoch=self.epoch,
+            monitor.event(events.WARNING, check="set_epoch", epoch=self.epoch,
                           message="DistributedSampler gave the same order twice (epoch "
                                   f"{self.epoch}): call sampler.set_epoch(epoch) at the start of every "
                                   "epoch, or each epoch repeats the same order")

@@ -35,6 +35,7 @@ from workbench.engine.preempt import PreemptionFlag
 from workbench.engine.steplog import StepLogger
 from workbench.engine.tasks import Task, forward_loss
 from workbench.errors import ConfigError
+from workbench.runfolder import events
 from workbench.runfolder.layout import RunDir
 
 # A preemption signal is shared across ranks on logged steps, and at least this often.
@@ -92,7 +93,7 @@ class Trainer:
                 self.train_step(batches)  # ends in a collective: loss + stop-flag all_reduce (async)
                 if self.stop_reason == "preempted":
                     self.save()  # collective: all_gather_object of RNG states, then rank 0 writes
-                    self.monitor.event("preempted", epoch=self.epoch)
+                    self.monitor.event(events.PREEMPTED, epoch=self.epoch)
                     break
                 if _due(self.step, d.check_every_steps):
                     self.health.check(self.step)  # collective: all_gather of parameter checksums, work times
@@ -167,7 +168,7 @@ class Trainer:
         }
 
     def end_epoch(self) -> None:
-        self.monitor.event("epoch_end", epoch=self.epoch)
+        self.monitor.event(events.EPOCH_END, epoch=self.epoch)
         self.epoch += 1
         self.micro_in_epoch = 0
 
@@ -193,7 +194,7 @@ class Trainer:
         dist.all_reduce(sums)  # sums and counts: exact for uneven shards
         result = {name: (sums[i] / sums[-1]).item() for i, name in enumerate(names)}
         self.last_eval = result
-        self.monitor.event("eval", epoch=self.epoch, **result)
+        self.monitor.event(events.EVAL, epoch=self.epoch, **result)
         return result
 
     def early_stop(self) -> None:
@@ -206,7 +207,7 @@ class Trainer:
         dist.broadcast(decision, src=0)
         if decision.item():
             self.stop_reason = "early_stop"
-            self.monitor.event("early_stop", metric=es.metric, best=self.best, patience=es.patience)
+            self.monitor.event(events.EARLY_STOP, metric=es.metric, best=self.best, patience=es.patience)
 
     def _no_improvement(self, value: float | None) -> bool:
         es = self.cfg.train.early_stopping
@@ -241,7 +242,7 @@ class Trainer:
     def resume(self) -> bool:
         """Load the run's latest checkpoint, if any; returns whether one was loaded."""
         found = load_latest(self.run, lambda path, exc: self.monitor.run_event(
-            "checkpoint_skipped", path=str(path), reason=f"{type(exc).__name__}: {str(exc)[:300]}"))
+            events.CHECKPOINT_SKIPPED, path=str(path), reason=f"{type(exc).__name__}: {str(exc)[:300]}"))
         if found is None:
             return False
         path, state = found
@@ -257,7 +258,7 @@ class Trainer:
             set_rng_state(state["rng"][self.env.rank])
         else:
             self._rescale_after_resume(old_world)
-        self.monitor.event("resume", path=str(path), epoch=self.epoch, from_world_size=old_world)
+        self.monitor.event(events.RESUME, path=str(path), epoch=self.epoch, from_world_size=old_world)
         return True
 
     def _rescale_after_resume(self, old_world: int) -> None:
@@ -266,14 +267,14 @@ class Trainer:
             group["initial_lr"] = self.scale.lr
         self.scheduler.base_lrs = [self.scale.lr for _ in self.optimizer.param_groups]
         self.micro_in_epoch = 0
-        self.monitor.event("rescale", message=describe_change(self.cfg, old_world, self.env.world_size))
+        self.monitor.event(events.RESCALE, message=describe_change(self.cfg, old_world, self.env.world_size))
 
     # --- reporting -------------------------------------------------------------------------------
     def _start_event(self) -> None:
         s = self.scale
         gpu = {"cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
                "gpu_name": torch.cuda.get_device_name(self.device)} if self.device.startswith("cuda") else {}
-        self.monitor.event("start", world_size=self.env.world_size, device=self.device,
+        self.monitor.event(events.START, world_size=self.env.world_size, device=self.device,
                            backend=dist.get_backend(), effective_batch=s.effective_batch, lr=s.lr,
                            warmup_steps=s.warmup_steps, steps_per_epoch=self.steps_per_epoch,
                            total_steps=self.total_steps, samples_per_rank=resumable_sampler(self.loader).num_samples,

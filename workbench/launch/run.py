@@ -12,16 +12,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from workbench.config.sections import JobConfig
+from workbench.config.sections import DistConfig, JobConfig
 from workbench.config.types import shown
 from workbench.errors import ConfigError, RunFailed, RunFolderError
 from workbench.launch.pooljob import PoolJob
 from workbench.launch.status import RunStatus, run_status
 from workbench.proctree import Proc, end
+from workbench.runfolder import events as kinds
 from workbench.runfolder.events import EventSummary
 from workbench.runfolder.failures import last_traceback
 from workbench.runfolder.layout import RunDir, read_json
-from workbench.runfolder.rankstate import LOST_AFTER_S, lost_message
+from workbench.runfolder.rankstate import is_lost, lost_message
 from workbench.runfolder.reader import MultiTail, RankFrames
 from workbench.runfolder.records import EVENT, warn_damaged
 
@@ -127,7 +128,8 @@ class Run:
         cancelled = self.meta.get("cancelled")
         self.metric_frames.poll()  # after job_done: once it says done, every record is on disk
         return run_status(self.dir, self.world_size, done, cancelled, self.metric_frames.columns(("step", "time")),
-                          self.event_summary().total_steps, _job_state(self.job))
+                          self.event_summary().total_steps, _job_state(self.job),
+                          lost_after_s=self._lost_after_s())
 
     def event_summary(self) -> EventSummary:
         """The run's events folded once (incrementally): total steps, sync checks, warnings."""
@@ -262,7 +264,7 @@ class Run:
         for r in status.ranks:
             if r.state == "lost" and r.rank not in reported:
                 age = r.heartbeat_age_s or 0.0
-                silent = age if age > LOST_AFTER_S else None  # else the job ended soon after its last beat
+                silent = age if is_lost(age, self._lost_after_s()) else None  # else the job ended soon after a beat
                 failure = RankFailure(r.rank, "Lost", lost_message(r.rank, silent), self.logs(r.rank, tail_bytes=4000),
                                       r.host, r.attempt)
                 failures.append((time.time() - (r.heartbeat_age_s or 0.0), failure))
@@ -345,7 +347,7 @@ class Run:
         events = self.events()
         if not len(events) or "event" not in events:
             return events
-        evals = events[events["event"] == "eval"].dropna(axis=1, how="all").reset_index(drop=True)
+        evals = events[events["event"] == kinds.EVAL].dropna(axis=1, how="all").reset_index(drop=True)
         return add_derived(evals, self.meta.get("created"), self.samples_per_step())
 
     def plot(self, interactive: bool = False, **options: Any) -> Any:
@@ -385,6 +387,10 @@ class Run:
         from workbench.results.analysis import report
 
         return report(self.metrics(), self._settings(), self.stragglers(), self.event_summary().check_counts())
+
+    def _lost_after_s(self) -> float:
+        """The run's dist.lost_after_s, which its ranks' watcher uses too (the default without a config)."""
+        return self._settings().dist.lost_after_s if self.dir.config.exists() else DistConfig.lost_after_s
 
     def _settings(self) -> JobConfig:
         """The run's config for the views (stragglers, report); the defaults, with a warning, when

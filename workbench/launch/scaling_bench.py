@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from workbench.config.scaling import effective_batch
 from workbench.errors import ConfigError
 from workbench.results import analysis
+from workbench.runfolder.layout import ScalingBenchDir, default_run_dir
 from workbench.runfolder.private import make_dirs, open_private
 
 if TYPE_CHECKING:
@@ -97,12 +98,12 @@ def benchmark_scaling(cfg: JobConfig, world_sizes: Iterable[int] = (1, 2), steps
         cfg = cfg.replace(launch__run_root=str(run_root))
     configs = [bench_config(cfg, n, steps).check() for n in sizes]  # every problem before the first run
     factory = task  # the public keyword is task=; it is a task factory
-    folder = _bench_folder(cfg, factory)
-    rows = [_measure(_run(c, factory, folder / f"world{c.world_size}"), c, warmup_steps) for c in configs]
+    bench = _bench_folder(cfg, factory)
+    rows = [_measure(_run(c, factory, bench.run(c.world_size)), c, warmup_steps) for c in configs]
     frame = compare(rows)
-    with open_private(folder / "scaling.csv", "w") as fh:
+    with open_private(bench.table, "w") as fh:
         frame.to_csv(fh, index=False)
-    frame.attrs["folder"] = str(folder)
+    frame.attrs["folder"] = str(bench.root)
     return frame
 
 
@@ -120,14 +121,13 @@ def _check(world_sizes: Iterable[int], steps: int, warmup_steps: int) -> list[in
     return sizes
 
 
-def _bench_folder(cfg: JobConfig, factory: Callable[..., Any] | None) -> Path:
+def _bench_folder(cfg: JobConfig, factory: Callable[..., Any] | None) -> ScalingBenchDir:
     from workbench.engine.tasks import factory_label
-    from workbench.runfolder.layout import default_run_dir
 
     named = cfg.replace(task__name=factory_label(factory)) if factory is not None else cfg
-    base = default_run_dir(named)
-    folder = base.parent / f"scaling-{base.name}"
-    return make_dirs(folder)
+    bench = ScalingBenchDir.beside(default_run_dir(named))
+    make_dirs(bench.root)
+    return bench
 
 
 def _run(cfg: JobConfig, factory: Callable[..., Any] | None, run_dir: Path) -> Run:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from workbench.config.sections import DistConfig
 from workbench.runfolder.layout import RunDir
 from workbench.runfolder.rankstate import ACTIVE, liveness
 
@@ -42,7 +43,7 @@ class RankStatus:
     pid: int | None = None
     attempt: int = 0
     silent: bool = False
-    """Active but no heartbeat for rankstate.SILENT_AFTER_S: frozen, or its node is slow to answer."""
+    """Active but no heartbeat for a while (workbench.runfolder.rankstate.liveness): frozen, or its node is slow."""
     stalled: bool = False
     """Heartbeat alive but no step finished for dist.stall_after_s; its stacks are in stacks/."""
     in_sync: bool | None = None
@@ -114,10 +115,11 @@ class RunStatus:
 
 def run_status(run: RunDir, world_size: int, job_done: bool, cancelled: float | bool | None,
                frames: Mapping[int, Columns], total_steps: int | None = None, job_state: str = "",
-               now: float | None = None) -> RunStatus:
+               now: float | None = None, lost_after_s: float = DistConfig.lost_after_s) -> RunStatus:
     """Everything about where a run stands.  `frames` are the ranks' logged metrics, read after
-    the status files (so a rank's final records are in them once its status says it ended)."""
-    ranks = rank_statuses(run, world_size, job_done, last_steps(frames), now)
+    the status files (so a rank's final records are in them once its status says it ended);
+    `lost_after_s` is the run's dist.lost_after_s."""
+    ranks = rank_statuses(run, world_size, job_done, last_steps(frames), now, lost_after_s)
     state = overall_state(run, ranks, job_done, cancelled)
     step = min((r.step for r in ranks), default=0)
     records = sum(len(np.asarray(f["step"])) for f in frames.values() if "step" in f)
@@ -125,7 +127,7 @@ def run_status(run: RunDir, world_size: int, job_done: bool, cancelled: float | 
 
 
 def rank_statuses(run: RunDir, world_size: int, job_done: bool, logged: dict[int, int] | None = None,
-                  now: float | None = None) -> list[RankStatus]:
+                  now: float | None = None, lost_after_s: float = DistConfig.lost_after_s) -> list[RankStatus]:
     now = now or time.time()
     logged = logged or {}
     out = []
@@ -136,9 +138,9 @@ def rank_statuses(run: RunDir, world_size: int, job_done: bool, logged: dict[int
             continue
         age = now - data["time"]
         state = data["state"]
-        live = liveness(state, age)
+        live = liveness(state, age, lost_after_s)
         if state in ACTIVE and (job_done or live == "lost"):
-            state = "lost"  # never said how it ended: killed, out of memory, or frozen past LOST_AFTER_S
+            state = "lost"  # never said how it ended: killed, out of memory, or frozen past lost_after_s
         step = max(data.get("step", 0), logged.get(rank, 0))
         out.append(RankStatus(rank, state, step, round(age, 2), data.get("host", ""), data.get("pid"),
                               data.get("attempt", 0), live == "silent",

@@ -83,7 +83,7 @@ def script_work(script: str | Path | None, args: list[str] | None, cfg: JobConfi
     if not cfg.launch.name:
         cfg = cfg.replace(launch__name=safe_name(name))
     job = ScriptJob(target, tuple(args or ()), module is not None, cfg.dist.threads_per_rank, cfg.dist.stall_after_s,
-                    str(workdir), dict(env or {}))
+                    str(workdir), dict(env or {}), lost_after_s=cfg.dist.lost_after_s)
     return cfg, job, {"script": job.label, "args": list(job.args), "cwd": job.cwd}
 
 
@@ -106,7 +106,7 @@ def fn_work(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any
     cfg = cfg.replace(task__name=f"<function {name}>", **({} if cfg.launch.name else {"launch__name": safe_name(name)}))
     d = cfg.dist
     return cfg, FnJob(fn, tuple(args), dict(kwargs), d.backend, float(d.timeout_s), d.threads_per_rank,
-                      d.stall_after_s)
+                      d.stall_after_s, lost_after_s=d.lost_after_s)
 
 
 def check_before_submit(cfg: JobConfig) -> None:
@@ -216,9 +216,9 @@ def _check_folder_free(run: RunDir) -> None:
 def _check_checkpoints(run: RunDir, from_scratch: bool) -> None:
     """A resumed run with checkpoints none of which can be read fails here, naming them, instead of
     silently training from step 0.  `from_scratch` sets every checkpoint aside instead."""
-    found = sorted(run.checkpoints.glob("step-*.pt")) if run.checkpoints.is_dir() else []
+    found = run.checkpoint_files()
     if from_scratch and found:
-        aside = run.checkpoints / f"set-aside-{time.strftime('%Y%m%d-%H%M%S')}"
+        aside = run.set_aside(time.strftime("%Y%m%d-%H%M%S"))
         aside.mkdir(mode=0o700)
         for path in found:
             path.rename(aside / path.name)

@@ -12,6 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from workbench.runfolder.layout import tensorboard_rank
+
 if TYPE_CHECKING:
     from workbench.launch.run import Run
 
@@ -28,13 +30,13 @@ def to_tensorboard(run: Run, logdir: str | Path) -> Path:
                           '(or pip install "workbench[tensorboard]")') from None
     logdir = Path(logdir)
     frame = run.metrics()
-    for rank, part in (frame.groupby("rank") if len(frame) else []):
-        writer = SummaryWriter(log_dir=str(logdir / f"rank{rank}"))
+    for _, part in (frame.groupby("rank") if len(frame) else []):
+        writer = SummaryWriter(log_dir=str(tensorboard_rank(logdir, int(part["rank"].iloc[0]))))
         _write(writer, part.drop(columns=["wall_time", "elapsed_s", "samples"], errors="ignore").to_dict("records"))
     evals = run.evals()
     if len(evals):
         columns = ["step", "time", *(str(c) for c in evals.columns if str(c).startswith("val_"))]
-        _write(SummaryWriter(log_dir=str(logdir / "rank0")), evals[columns].to_dict("records"))
+        _write(SummaryWriter(log_dir=str(tensorboard_rank(logdir, 0))), evals[columns].to_dict("records"))
     return logdir
 
 
@@ -54,7 +56,7 @@ def export_metrics(run: Run, path: str | Path | None = None, format: str | None 
     fmt = (format or (Path(path).suffix.lstrip(".") if path else "csv")).lower()
     if fmt not in FORMATS:
         raise ValueError(f"format: {fmt!r} is not one of {', '.join(FORMATS)}; name the file .csv or .parquet")
-    target = Path(path) if path else run.dir.exports / f"metrics.{fmt}"
+    target = Path(path) if path else run.dir.export(fmt)
     target.parent.mkdir(parents=True, exist_ok=True)
     frame = run.metrics()
     if fmt == "csv":

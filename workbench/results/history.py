@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
 from workbench.config.sections import flatten
+from workbench.runfolder.layout import run_folders_in
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -40,7 +41,7 @@ def run_folders(root: str | os.PathLike[str] | None = None) -> list[Path]:
     """Run folders (holding run.json) under `root`, two levels deep (benchmark_scaling nests its runs),
     oldest first."""
     base = Path(root).expanduser() if root is not None else default_root()
-    found = {p.parent for pattern in ("*/run.json", "*/*/run.json") for p in base.glob(pattern)}
+    found = run_folders_in(base)
     return sorted(found, key=lambda p: (p.stat().st_mtime if p.exists() else 0.0, str(p)))
 
 

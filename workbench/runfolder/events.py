@@ -1,10 +1,61 @@
-"""What a run's events say, folded once: the one reader of events for the Run handle, the CLI, the
-dashboard and the end-of-run report.  Pure Python; records come from ``events/rank{R}.jsonl``."""
+"""The event kinds, and what a run's events say, folded once: the one reader of events for the Run
+handle, the CLI, the dashboard and the end-of-run report.  Pure Python; records come from
+``events/rank{R}.jsonl``, one object per line with "event" (its kind), rank, time, attempt.
+
+The ranks write with these constants and the readers match on them: the strings are the run
+folder's format and do not change."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+# --- what a rank's training says (engine.trainer, engine.rank, engine.checkpoint) ----------------
+START = "start"
+EPOCH_END = "epoch_end"
+EVAL = "eval"
+CHECKPOINT = "checkpoint"
+CHECKPOINT_SKIPPED = "checkpoint_skipped"
+RESUME = "resume"
+RESCALE = "rescale"
+EARLY_STOP = "early_stop"
+PREEMPTED = "preempted"
+END = "end"
+# --- what the live checks find (engine.health, engine.mirrors, engine.script) --------------------
+SYNC_CHECK = "sync_check"
+SHARD_CHECK = "shard_check"
+STRAGGLER = "straggler"
+WARNING = "warning"
+# --- how a rank stopped (engine.monitor, engine.agent) -------------------------------------------
+STALLED = "stalled"
+ERROR = "error"
+INTERRUPTED = "interrupted"
+ABORTED = "aborted"
+RESTART = "restart"
+
+EVENT_KINDS: dict[str, str] = {
+    START: "the rank started training (rank 0's: world size, device, effective batch, lr, steps) or a "
+           "script or function started",
+    EPOCH_END: "an epoch ended",
+    EVAL: "validation results (val_* fields)",
+    CHECKPOINT: "rank 0 wrote a checkpoint",
+    CHECKPOINT_SKIPPED: "an unreadable checkpoint was passed over on resume",
+    RESUME: "the attempt resumed from a checkpoint",
+    RESCALE: "the run resumed at another world size: what changed",
+    EARLY_STOP: "validation stopped improving: training stops",
+    PREEMPTED: "a preemption or time-limit signal: checkpointed, waits to be requeued",
+    END: "the rank ended its training (stop_reason, steps)",
+    SYNC_CHECK: "parameters compared across ranks (in_sync, diverged ranks)",
+    SHARD_CHECK: "the sampler's shards checked for overlap and coverage",
+    STRAGGLER: "a rank's step time exceeded the ranks' median by dist.straggler_threshold",
+    WARNING: "something the user should know (a mirror that failed, set_epoch not called)",
+    STALLED: "no step for dist.stall_after_s: the rank's stacks were dumped",
+    ERROR: "the rank failed (its error file holds the traceback)",
+    INTERRUPTED: "the rank was stopped by a signal (cancel)",
+    ABORTED: "the rank stopped itself because another rank failed",
+    RESTART: "a failed attempt was restarted (launch.max_restarts): which ranks failed and how",
+}
+"""Every kind of event a rank writes, with what it means."""
 
 
 @dataclass
@@ -60,22 +111,22 @@ class EventSummary:
 
 def _fold_one(summary: EventSummary, record: dict[str, Any]) -> None:
     kind = record.get("event")
-    if kind == "start" and record.get("rank") == 0:
+    if kind == START and record.get("rank") == 0:
         summary.start = record
-    elif kind == "sync_check" and "in_sync" in record:  # a damaged check (in_sync dropped) says nothing
+    elif kind == SYNC_CHECK and "in_sync" in record:  # a damaged check (in_sync dropped) says nothing
         summary.in_sync = bool(record.get("in_sync"))
         summary.diverged_ranks = list(record.get("diverged_ranks") or [])
         summary.first_diverged = record.get("first_diverged")
         summary.sync_checks_out_of_sync += not summary.in_sync
-    elif kind == "straggler":
+    elif kind == STRAGGLER:
         summary.straggler_warnings += 1
-    elif kind == "shard_check" and "ok" in record:
+    elif kind == SHARD_CHECK and "ok" in record:
         summary.shards_ok = bool(record["ok"])
-    elif kind == "resume" and record.get("rank") == 0:
+    elif kind == RESUME and record.get("rank") == 0:
         summary.resumed_from = record.get("path")
-    elif kind == "checkpoint_skipped":
+    elif kind == CHECKPOINT_SKIPPED:
         summary.skipped_checkpoints.append(f"{record.get('path')}: {record.get('reason', '')}")
-    elif kind == "restart":
+    elif kind == RESTART:
         summary.restarts.append(record)
-    elif kind == "warning" and "message" in record:
+    elif kind == WARNING and "message" in record:
         summary.warnings.append(f"rank {record.get('rank')}: {record.get('message', '')}")

@@ -2,21 +2,26 @@
 
     <run>/config.yaml            the config snapshot
     <run>/run.json               launch facts: executor, job id, world size, created
+    <run>/task.pkl               the task factory, script or function the ranks run
     <run>/metrics/rank{R}.jsonl  one flat record per logged step, per rank
-    <run>/events/rank{R}.jsonl   start, epoch_end, eval, checkpoint, early_stop, error, end
+    <run>/events/rank{R}.jsonl   start, epoch_end, eval, checkpoint, early_stop, error, end, ...
+                                 (the kinds: workbench.runfolder.events)
     <run>/status/rank{R}.json    heartbeat: state, step, time (replaced atomically)
     <run>/errors/rank{R}.json    the failing rank's exception and traceback
-    <run>/logs/                  submitit's per-task stdout/stderr and pickles
-    <run>/checkpoints/           step-{N}.pt files written by rank 0
-    <run>/summary.json           written at the end of the run
-    <run>/plots/                 figures (loss per rank)
-    <run>/stacks/rank{R}.txt     Python stacks of a stalled rank
-    <run>/rendezvous/            where SLURM rank 0 publishes its port
-    <run>/tensorboard/rank{R}/   TensorBoard event files (when log.tensorboard mirrors live)
-    <run>/exports/               metrics as CSV or Parquet (Run.export_metrics)
-    <run>/rendezvous/            where rank 0 publishes its port (SLURM; every restart)
-    <run>/procs/rank{R}.json     the rank's agent and worker processes (pid, process group, start)
     <run>/errors/failure-{N}/    error files of a failed attempt that was restarted
+    <run>/errors/controller.json a local run's controller that died
+    <run>/results/rank{R}.pkl    what a function run returned on each rank
+    <run>/procs/rank{R}.json     the rank's agent and worker processes (pid, process group, start)
+    <run>/stacks/rank{R}.txt     Python stacks of a stalled rank
+    <run>/logs/                  submitit's per-task stdout/stderr and pickles, the controller's log
+    <run>/checkpoints/           step-{N}.pt files written by rank 0 (set-aside-{stamp}/: put away)
+    <run>/summary.json           written at the end of the run
+    <run>/plots/loss.png         the per-rank loss plot `workbench run` saves
+    <run>/rendezvous/            where rank 0 publishes its port (SLURM; every restart), and where
+                                 the agents mark their workers down before a restart
+    <run>/tensorboard/rank{R}/   TensorBoard event files (when log.tensorboard mirrors live)
+    <run>/wandb/                 W&B's files (when log.wandb mirrors live)
+    <run>/exports/               metrics as CSV or Parquet (Run.export_metrics)
 
 Creating one (the name under run_root, the private tree, the config snapshot and run.json) lives
 here too, so the submitting side and ``python -m workbench.train`` under torchrun write the same.
@@ -45,6 +50,8 @@ if TYPE_CHECKING:
 
 RANK_KINDS = ("metrics", "events", "status", "errors", "stacks", "results", "procs")
 """Folders holding one file per rank."""
+RANK_JSONL = "rank*.jsonl"
+"""The per-rank JSON-lines files of a metrics or events folder (rank_of reads R from the name)."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +91,11 @@ class RunDir:
         return self.root / "plots"
 
     @property
+    def loss_plot(self) -> Path:
+        """The per-rank loss plot `workbench run` saves at the end."""
+        return self.plots / "loss.png"
+
+    @property
     def task_pickle(self) -> Path:
         return self.root / "task.pkl"
 
@@ -107,9 +119,15 @@ class RunDir:
         """What a function run with workbench.submit_fn returned on this rank (cloudpickle)."""
         return self.root / "results" / f"rank{rank}.pkl"
 
-    def pool_log(self, tag: str, rank: int, suffix: str) -> Path:
-        """The rank's stdout ("out") or stderr ("err") while a warm pool ran this job (log_files finds it)."""
-        return self.root / "logs" / f"{tag}_{rank}_log.{suffix}"
+    def pool_log(self, job: int, rank: int, suffix: str) -> Path:
+        """The rank's stdout ("out") or stderr ("err") while a warm pool ran this folder as its job
+        number `job` (log_files finds it)."""
+        return self.root / "logs" / f"pool-job{job}_{rank}_log.{suffix}"
+
+    @property
+    def controller_error(self) -> Path:
+        """The record of a run's controller that died (workbench.runfolder.failures)."""
+        return self.root / "errors" / "controller.json"
 
     def error_reserve(self, rank: int) -> Path:
         """Room set aside for the rank's error file, used when the disk is full (workbench.runfolder.failures)."""
@@ -142,18 +160,63 @@ class RunDir:
 
     def tensorboard(self, rank: int) -> Path:
         """The rank's TensorBoard event files (the live mirror, log.tensorboard)."""
-        return self.root / "tensorboard" / f"rank{rank}"
+        return tensorboard_rank(self.root / "tensorboard", rank)
+
+    @property
+    def wandb(self) -> Path:
+        """W&B's own files (the live mirror, log.wandb)."""
+        return self.root / "wandb"
 
     @property
     def exports(self) -> Path:
         """Metrics exported as CSV or Parquet (Run.export_metrics, the dashboard's download)."""
         return self.root / "exports"
 
+    def export(self, fmt: str) -> Path:
+        """Where Run.export_metrics writes by default: exports/metrics.{fmt}."""
+        return self.exports / f"metrics.{fmt}"
+
     def checkpoint(self, step: int) -> Path:
         return self.checkpoints / f"step-{step:08d}.pt"
 
+    def checkpoint_files(self) -> list[Path]:
+        """Finished checkpoints, oldest first (temp files are never listed)."""
+        return sorted(self.checkpoints.glob("step-*.pt")) if self.checkpoints.is_dir() else []
+
+    def checkpoint_temp(self, step: int, pid: int) -> Path:
+        """Where process `pid` writes step N's checkpoint before renaming it (never listed as one)."""
+        return self.checkpoints / f".step-{step:08d}.pt.tmp-{pid}"
+
+    def checkpoint_temps(self) -> list[Path]:
+        """Checkpoint temp files (checkpoint_temp): a writer killed mid-write leaves its own behind."""
+        return sorted(self.checkpoints.glob(".step-*.pt.tmp-*")) if self.checkpoints.is_dir() else []
+
+    def set_aside(self, stamp: str) -> Path:
+        """Where a fresh start puts the checkpoints it will not resume from (checkpoints/set-aside-{stamp})."""
+        return self.checkpoints / f"set-aside-{stamp}"
+
+    # --- where ranks meet (engine.rendezvous, the agents' regroup barrier, engine.supervisor) ------
+    @property
+    def rendezvous_folder(self) -> Path:
+        return self.root / "rendezvous"
+
     def rendezvous(self, key: str) -> Path:
-        return self.root / "rendezvous" / f"{key}.json"
+        """The meeting `key`: the host and port rank 0 published (and what else it agreed)."""
+        return self.rendezvous_folder / f"{key}.json"
+
+    def down_mark(self, key: str, rank: int) -> Path:
+        """Rank R's worker is down, waiting for the meeting `key`."""
+        return self.rendezvous_folder / f"{key}-down-rank{rank}.json"
+
+    @staticmethod
+    def start_key(job_id: str, requeue: int) -> str:
+        """The meeting of a job's ranks when they start (its requeue-th time): the SLURM port."""
+        return f"{job_id}-{requeue}"
+
+    @staticmethod
+    def restart_key(start_key: str, restart: int) -> str:
+        """The meeting after the restart-th failure (launch.max_restarts) of the job started at `start_key`."""
+        return f"{start_key}-restart{restart}"
 
     def log_files(self, rank: int, suffix: str) -> list[Path]:
         """The rank's stdout ("out") or stderr ("err") files, one per attempt (submitit names them)."""
@@ -224,7 +287,7 @@ class RunDir:
         for kind in ("errors", "status", "stacks", "procs", "results"):
             for path in self.rank_files(kind).values():
                 path.unlink(missing_ok=True)
-        for path in self.folder("rendezvous").glob("*.json"):
+        for path in self.rendezvous_folder.glob("*.json"):
             path.unlink(missing_ok=True)
         self.summary.unlink(missing_ok=True)
         for key in ("cancelled", "cancelled_by", "job_id", "controller", "pool"):
@@ -293,6 +356,44 @@ def safe_name(name: str) -> str:
     return keep.strip("-")[:40] or "run"
 
 
+def tensorboard_rank(logdir: Path, rank: int) -> Path:
+    """A rank's folder under a TensorBoard logdir: the run's own mirror, or Run.to_tensorboard's logdir."""
+    return logdir / f"rank{rank}"
+
+
+def run_folders_in(base: Path) -> set[Path]:
+    """Run folders (holding run.json) in `base` and one level below (benchmark_scaling nests its runs)."""
+    return {p.parent for pattern in ("*/run.json", "*/*/run.json") for p in base.glob(pattern)}
+
+
+class ScalingBenchDir:
+    """The folder of one scaling benchmark (workbench.benchmark_scaling), beside the run folders:
+
+        <run_root>/scaling-<name>-<stamp>/world{N}/   the run at N ranks (a run folder)
+        <bench>/scaling.csv                           the measured table
+        <bench>/scaling.png                           its plot (workbench bench-scaling)
+    """
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+
+    @classmethod
+    def beside(cls, run_dir: Path) -> ScalingBenchDir:
+        """The bench folder named after what default_run_dir would name a run."""
+        return cls(run_dir.parent / f"scaling-{run_dir.name}")
+
+    def run(self, world_size: int) -> Path:
+        return self.root / f"world{world_size}"
+
+    @property
+    def table(self) -> Path:
+        return self.root / "scaling.csv"
+
+    @property
+    def plot(self) -> Path:
+        return self.root / "scaling.png"
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON to a private temp name in the same folder and rename it: readers never see half a
     file; the file is 0600 whatever the umask."""
@@ -356,6 +457,11 @@ class PoolDir(RunDir):
 
     def ready(self, rank: int) -> Path:
         return self.root / "ready" / f"rank{rank}.json"
+
+    @staticmethod
+    def generation_key(generation: int) -> str:
+        """The meeting of the pool's ranks that start their generation-th warm workers."""
+        return f"gen{generation}"
 
 
 def pool_dir(run_root: str | os.PathLike[str], name: str) -> PoolDir:

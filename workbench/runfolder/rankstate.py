@@ -3,16 +3,17 @@ their status (``engine.monitor``) and everything that reads it (``launch.status`
 badges, the CLI).  No imports: the engine and the notebook side both use it.
 
 A rank rewrites its status file every ``HEARTBEAT_S`` seconds.  Seen from outside, a rank that says
-it is starting or running but has not written for ``SILENT_AFTER_S`` is *silent* (frozen, or its
-node is slow to answer: a warning); after ``LOST_AFTER_S`` it is *lost*: its neighbour in the ring
-of heartbeat watchers writes an error file for it and the run stops, and a reader that sees the
-same age calls it lost too, so both sides give one answer with one message (``lost_message``)."""
+it is starting or running but has not written for ``SILENT_AFTER_S`` (or half the lost limit, if
+that is shorter) is *silent* (frozen, or its node is slow to answer: a warning); after the run's
+``dist.lost_after_s`` (60 s unless set) it is *lost*: its neighbour in the ring of heartbeat
+watchers writes an error file for it and the run stops, and a reader that sees the same age calls
+it lost too (``liveness``, given the same ``dist.lost_after_s``), so both sides give one answer
+with one message (``lost_message``)."""
 
 from __future__ import annotations
 
 HEARTBEAT_S = 2.0
 SILENT_AFTER_S = 30.0
-LOST_AFTER_S = 60.0
 
 RANK_STATES: dict[str, str] = {
     "pending": "not started yet: the scheduler has not run it, or it is importing",
@@ -33,13 +34,19 @@ ACTIVE = ("starting", "running")
 """States of a rank whose process should be alive and beating."""
 
 
-def liveness(state: str, heartbeat_age_s: float | None) -> str:
-    """"alive", "silent" or "lost" for a rank in an ACTIVE state; "" for any other state."""
+def liveness(state: str, heartbeat_age_s: float | None, lost_after_s: float) -> str:
+    """"alive", "silent" or "lost" for a rank in an ACTIVE state; "" for any other state.
+    `lost_after_s` is the run's dist.lost_after_s (the ranks' watcher uses the same)."""
     if state not in ACTIVE or heartbeat_age_s is None:
         return ""
-    if heartbeat_age_s > LOST_AFTER_S:
+    if is_lost(heartbeat_age_s, lost_after_s):
         return "lost"
-    return "silent" if heartbeat_age_s > SILENT_AFTER_S else "alive"
+    return "silent" if heartbeat_age_s > min(SILENT_AFTER_S, lost_after_s / 2) else "alive"
+
+
+def is_lost(heartbeat_age_s: float, lost_after_s: float) -> bool:
+    """The lost rule: no heartbeat for longer than the run's dist.lost_after_s."""
+    return heartbeat_age_s > lost_after_s
 
 
 def lost_message(rank: int, silent_s: float | None = None, noticed_by: int | None = None) -> str:

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from workbench.runfolder.layout import rank_of
+from workbench.runfolder.layout import RANK_JSONL, rank_of
 from workbench.runfolder.records import ANY_OBJECT, MAX_LINE_BYTES, METRIC, Schema, parse_line, warn_damaged
 
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ class JsonlTail:
 class MultiTail:
     """Tails for a set of files (e.g. every rank's metrics), discovered as they appear."""
 
-    def __init__(self, folder: Path, pattern: str = "rank*.jsonl", schema: Schema | None = None):
+    def __init__(self, folder: Path, pattern: str = RANK_JSONL, schema: Schema | None = None):
         self.folder = Path(folder)
         self.pattern = pattern
         self.schema = schema
@@ -191,7 +191,7 @@ class RankFrames:
 
     def _poll(self) -> list[dict[str, Any]]:
         if self.folder.is_dir():
-            for path in self.folder.glob("rank*.jsonl"):
+            for path in self.folder.glob(RANK_JSONL):
                 rank = rank_of(path)
                 if rank is not None:
                     self.tails.setdefault(rank, JsonlTail(path, METRIC))
