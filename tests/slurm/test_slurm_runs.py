@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 import workbench
-from tests.support.tasks_for_tests import failing_at, slow
+from tests.support.lifecycle import ENDLESS, wait_for_step
+from tests.support.tasks_for_tests import failing_at, gated, slow
 from workbench.config import JobConfig
 from workbench.errors import ConfigError
 
@@ -24,6 +25,12 @@ def _cfg(tmp_path: Path, cluster, nodes: int = 1, procs: int = 2, **train) -> Jo
         "launch": {"executor": "slurm", "run_root": str(tmp_path / "runs"), "time_limit": "5",
                    "slurm": {"partition": cluster.partition, "cpus_per_task": 1}},
     })
+
+
+def _endless(tmp_path: Path, cluster, nodes: int, procs: int, **train) -> JobConfig:
+    """A run only the test ends: no step or epoch limit it reaches, and no time limit within the test
+    (its USR2 would requeue the job, 90 s before 10 minutes)."""
+    return _cfg(tmp_path, cluster, nodes, procs, **ENDLESS, **train).replace(launch__time_limit="10")
 
 
 @pytest.mark.parametrize("nodes, procs", [(1, 2), (2, 1), (2, 2)])
@@ -53,11 +60,9 @@ def test_failing_rank_on_slurm_is_named_with_its_traceback(slurm_cluster, tmp_pa
 
 
 def test_cancel_and_reattach_on_slurm(slurm_cluster, tmp_path):
-    cfg = _cfg(tmp_path, slurm_cluster, 1, 2, max_steps=100000, checkpoint_every_steps=None)
+    cfg = _endless(tmp_path, slurm_cluster, 1, 2, checkpoint_every_steps=None)
     run = workbench.submit(cfg, task=functools.partial(slow, 0.05, n_train=1024, n_val=128))
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and run.status().step < 3:
-        time.sleep(0.5)
+    wait_for_step(run, 3, timeout=120)
     reattached = workbench.Run.load(run.folder)  # as after a kernel restart: the job keeps running
     assert reattached.status().state == "running"
     reattached.cancel()
@@ -70,10 +75,11 @@ def test_preemption_signal_checkpoints_requeues_and_resumes(slurm_cluster, tmp_p
     import subprocess
 
     cfg = _cfg(tmp_path, slurm_cluster, 1, 2, max_steps=60, checkpoint_every_steps=1000)
-    run = workbench.submit(cfg, task=functools.partial(slow, 0.05, n_train=4096, n_val=128))
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and run.status().step < 10:
-        time.sleep(0.2)
+    # the ranks hold after step 10 until the signal reaches them: the run cannot end unpreempted
+    task = functools.partial(gated, str(tmp_path / "gate"), 10, delay_s=0.05, open_on_signal=True, n_train=4096,
+                             n_val=128)
+    run = workbench.submit(cfg, task=task)
+    wait_for_step(run, 10, timeout=120)
     subprocess.run(["scancel", "--signal=USR2", str(run.job.job_id)], check=True, timeout=30)
     status = run.wait(timeout=280)
     assert status.state == "finished", (run.exception(), run.logs(0))
@@ -166,10 +172,10 @@ def test_a_hung_rank_on_slurm_is_lost_and_its_job_ends_by_itself(slurm_cluster, 
     import os
     import signal
 
-    from tests.support.lifecycle import assert_nothing_left, report, wait_for_step, wait_until
+    from tests.support.lifecycle import assert_nothing_left, report, wait_until
     from workbench.runfolder.layout import read_json
 
-    cfg = _cfg(tmp_path, slurm_cluster, 2, 1, max_steps=100000, checkpoint_every_steps=10)
+    cfg = _endless(tmp_path, slurm_cluster, 2, 1, checkpoint_every_steps=10)
     cfg = cfg.replace(dist__timeout_s=600, dist__lost_after_s=10)  # lost after 10 s without a heartbeat
     run = workbench.submit(cfg, task=functools.partial(slow, 0.02, n_train=1024, n_val=128))
     wait_for_step(run, 12, timeout=200)
