@@ -124,12 +124,17 @@ def test_many_ranks_draw_a_median_band_and_the_outlier_not_one_line_each():
     outlier = [line for line in loss_ax.lines if line.get_gid() == "rank 13"]
     assert len(outlier) == 1 and outlier[0].get_color() == rank_colour(13)
     assert [t.get_text() for t in loss_ax.texts] == ["rank 13"]  # named at its line's end
-    assert loss_ax.get_xlabel() == "samples seen"
-    assert loss_ax.lines[0].get_xdata().max() == 600 * 256
+    assert {ax.get_xlabel() for ax in fig.axes} == {"", "samples seen"}  # on the bottom row; x is shared
+    assert all(ax.get_shared_x_axes().joined(ax, loss_ax) for ax in fig.axes)
+    assert max(line.full_x.max() for line in loss_ax.lines) == 600 * 256
     titles = [ax.get_title(loc="left") for ax in fig.axes]
-    assert "peak memory (MiB)" in titles and "learning rate" in titles and titles[1].startswith("validation")
+    assert titles == ["training loss · loss", "learning rate (lr)", "step time (s)", "samples/s per rank",
+                      "peak memory (MiB)"]  # only panels with data: no evals, no validation panel
+    assert [text.get_text() for text in fig.legends[0].get_texts()][:3] == ["min-max of 16 ranks", "median",
+                                                                           "reduced (all ranks)"]
     few = plot_run(sixteen_ranks(ranks=3), ranks=(0, 2))
-    assert [line.get_label() for line in few.axes[0].lines] == ["rank 0", "rank 2", "reduced (all ranks)"]
+    shown = [line.get_label() for line in few.axes[0].lines if not line.get_label().startswith("_")]
+    assert shown == ["rank 0", "rank 2", "reduced (all ranks)"]
 
 
 def test_smoothing_keeps_the_raw_series_faint_behind_and_log_y_applies_to_loss():
@@ -144,6 +149,49 @@ def test_smoothing_keeps_the_raw_series_faint_behind_and_log_y_applies_to_loss()
     assert np.std(np.diff(smooth.get_ydata())) < np.std(np.diff(raw.get_ydata()))
     assert loss_ax.get_yscale() == "log" and fig.axes[3].get_yscale() == "linear"
     assert [line.get_label() for line in val_ax.lines] == ["val_loss", "val_accuracy"]
+    assert val_ax.get_title(loc="left") == "validation · val_loss, val_accuracy"
+
+
+def test_defaults_are_readable_smoothed_loss_log_y_past_a_decade_and_only_logged_panels():
+    """A function or script run logs train_loss (and maybe its own metrics): the panels are named
+    after them; the loss is smoothed at TensorBoard's 0.6 with the raw series behind; log-y is on
+    when the loss spans more than a decade and off when it does not."""
+    from workbench.results.plots import plot_run
+
+    step = np.arange(1, 3001)
+    frame = pd.DataFrame({"rank": 0, "step": step, "train_loss": 2.5 * np.exp(-step / 300) + 0.01,
+                          "accuracy": 1 - np.exp(-step / 500)})
+    fig = plot_run(frame)
+    titles = [ax.get_title(loc="left") for ax in fig.axes]
+    assert titles == ["training loss · train_loss", "accuracy"]
+    loss_ax = fig.axes[0]
+    assert loss_ax.get_yscale() == "log"  # 2.5 -> 0.01: more than a decade
+    assert [line.get_label() for line in loss_ax.lines] == ["_raw rank 0", "rank 0"]
+    assert loss_ax.lines[0].get_alpha() == 0.25 and loss_ax.lines[1].get_alpha() is None
+    flat = plot_run(frame.assign(train_loss=0.5 + 0.01 * np.sin(step)))
+    assert flat.axes[0].get_yscale() == "linear"
+    assert plot_run(frame, log_y=False).axes[0].get_yscale() == "linear"  # asked: linear
+    nothing = plot_run(pd.DataFrame())
+    assert nothing.axes == [] and nothing.texts[0].get_text() == "no metrics logged yet"
+
+
+def test_a_figure_shows_itself_in_a_fresh_notebook_without_pyplot():
+    from workbench.results.plots import plot_run
+
+    fig = plot_run(sixteen_ranks(ranks=2, steps=50))
+    assert fig._repr_png_().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_plot_options_name_the_field_and_the_fix():
+    from workbench.results.plots import plot_run
+
+    frame = sixteen_ranks(ranks=2, steps=50)
+    with pytest.raises(ValueError, match="smooth: 1.5 is not an EMA weight; give 0 .raw. to 0.999"):
+        plot_run(frame, smooth=1.5)
+    with pytest.raises(ValueError, match="x: 'epochs' is not one of step, samples, elapsed_s"):
+        plot_run(frame, x="epochs")
+    with pytest.raises(ValueError, match="plot option 'colour' is not one of"):
+        plot_run(frame, colour="red")
 
 
 def test_dark_theme_figure_has_dark_background_and_light_text():
@@ -163,29 +211,56 @@ def matplotlib_rgb(colour):
     return to_rgb(colour)
 
 
-def test_metrics_plot_controls_and_hover(tmp_path):
+def test_metrics_plot_controls_hover_and_remembered_choices(tmp_path, monkeypatch):
     from workbench.ui.plotview import MetricsPlot, parse_ranks
 
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     assert parse_ranks("all") is None and parse_ranks("0-2, 7") == (0, 1, 2, 7)
     with pytest.raises(ValueError, match="ranks: 'x' is not a rank or a range"):
         parse_ranks("1,x")
     plot = MetricsPlot(frame=sixteen_ranks(ranks=2))
-    assert plot.live.full_draws == 1
+    assert plot.live.full_draws == 1 and plot.opts.smooth == 0.6 and plot.opts.log_y is None  # the defaults
     plot.x.value = "elapsed_s"
-    assert plot.live.fig.axes[0].get_xlabel() == "elapsed time (s)"
+    assert plot.live.fig.axes[-1].get_xlabel() == "elapsed time (s)"
     plot.ranks.value = "1,x"
     assert "not a rank" in plot.note.value
     plot.ranks.value = "1"
-    assert [line.get_label() for line in plot.live.fig.axes[0].lines] == ["rank 1", "reduced (all ranks)"]
     ax = plot.live.fig.axes[0]
-    line = ax.lines[0]
-    x_px, y_px = ax.transData.transform((line.get_xdata()[10], line.get_ydata()[10]))
+    assert [line.get_label() for line in ax.lines if not line.get_label().startswith("_")] == \
+        ["rank 1", "reduced (all ranks)"]
 
-    class Event:
-        inaxes, x, y = ax, x_px, y_px
+    class Event:  # the pointer over the loss panel at elapsed 30 s (step 300)
+        inaxes, xdata = ax, 30.0
 
     plot._on_hover(Event)
-    assert "rank 1 · elapsed time (s)" in plot.hover.value
+    hover = plot.hover.value
+    assert "training loss · loss at elapsed time (s) 30" in hover, hover
+    assert "rank 1 <b>" in hover and "reduced (all ranks) <b>" in hover and "(raw " in hover  # every series
+    plot.smooth.value = 0.8
+    plot.log_y.value = "linear"
+    saved = tmp_path / "config" / "workbench" / "plot.json"
+    assert json.loads(saved.read_text()) == {"x": "elapsed_s", "log_y": False, "smooth": 0.8, "ranks": "1"}
+    assert saved.stat().st_mode & 0o777 == 0o600 and saved.parent.stat().st_mode & 0o777 == 0o700
+    again = MetricsPlot(frame=sixteen_ranks(ranks=2))  # the next dashboard starts from them
+    assert (again.opts.x, again.opts.log_y, again.opts.smooth, again.opts.ranks) == ("elapsed_s", False, 0.8, (1,))
+    assert again.ranks.value == "1" and again.log_y.value == "linear"
+    saved.write_text("{not json")
+    assert MetricsPlot(frame=sixteen_ranks(ranks=2)).opts.smooth == 0.6  # a damaged file: the defaults
+
+
+def test_the_range_line_says_what_data_is_shown_never_axis_limits():
+    from workbench.results.series import MetricData
+    from workbench.ui.plotview import MetricsPlot, range_html
+
+    plot = MetricsPlot(frame=pd.DataFrame(), remember=False)
+    assert "no data yet" in plot.view.value and "0 – 1" not in plot.view.value
+    plot.show(sixteen_ranks(ranks=2, steps=900))
+    assert "step 1 – 900: all data (x is linked across panels)" in plot.view.value
+    plot.live.axes[0].set_xlim(-500, 300)  # a pan past the start: the line says the data, not -500
+    assert "step 1 – 300 of 1 – 900 (zoomed" in plot.view.value and "-500" not in plot.view.value
+    assert all(ax.get_xlim() == (-500, 300) for ax in plot.live.axes)  # linked across panels
+    assert "no data yet" in range_html(plot.live.view_range().__class__("step", None, None, False))
+    assert MetricData({}).extent("step") is None
 
 
 def test_a_6000_step_and_a_16_rank_run_are_readable_at_1100_px():

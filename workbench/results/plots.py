@@ -1,10 +1,17 @@
-"""matplotlib figures from metrics DataFrames (no widgets).
+"""matplotlib figures of a run (no widgets): its panels, drawn at full fidelity.
 
-``plot_run`` draws a run's panels (training loss, validation metrics, lr, step time, throughput,
-peak memory) against step, samples seen or elapsed time, with optional log-y and EMA smoothing (the
-raw series faint behind).  Above BAND_ABOVE_RANKS ranks a panel shows the median across ranks with
-a min-max band plus the ranks that stray from it, not one line per rank.  Rank R has the same
-colour (``rank_colour``) in every panel, in the dashboard's badges and in its log picker.
+``plot_run`` draws only the panels the run has data for, named after the metrics the job logged
+(training loss as `loss` or `train_loss`, the eval metrics, lr, step time, throughput, peak memory,
+any other metric), against step, samples seen or elapsed time.  Readable by default: the loss and the
+noisy per-step series are smoothed (TensorBoard's EMA, weight 0.6) with the raw series faint behind,
+log-y when a loss spans more than a decade, one legend outside the data, x linked across panels.
+Above BAND_ABOVE_RANKS ranks a panel shows the median across ranks with a min-max band plus the ranks
+that stray from it.  Rank R has the same colour (``rank_colour``) in every panel, in the dashboard's
+badges and in its log picker.
+
+Every series is drawn through ``workbench.results.m4``: the full series (smoothed first) is reduced
+to the first, last, min and max point of each pixel column when it is drawn, so a spike the data has
+is a spike the figure shows, however many steps were logged.
 """
 
 from __future__ import annotations
@@ -12,27 +19,31 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from matplotlib.figure import Figure
 
-from workbench.results.metricview import BAND_ABOVE_RANKS, X_AXES, band, ema, reduced_loss
-from workbench.runfolder.reader import thin
+from workbench.results.m4 import M4Band, M4Line
+from workbench.results.metricview import X_AXES
+from workbench.results.panels import (  # noqa: F401 - RANK_COLOURS, rank_colour: re-exported
+    RANK_COLOURS,
+    Panel,
+    Spec,
+    Views,
+    choose_panels,
+    panel_specs,
+    rank_colour,
+    spans_a_decade,
+)
+from workbench.results.series import MetricData
 
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.axes import Axes
-    from matplotlib.figure import Figure
 
-PANELS = ("loss", "val", "lr", "step_time_s", "samples_per_s", "mem_mb")
-TITLES = {"loss": "training loss", "val": "validation (eval events)", "lr": "learning rate",
-          "step_time_s": "step time (s)", "samples_per_s": "samples/s per rank", "mem_mb": "peak memory (MiB)"}
-LOG_PANELS = ("loss", "val")
-"""Panels that log-y applies to."""
-RANK_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-                "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd")
 THEMES = {
     "light": {"figure.facecolor": "white", "axes.facecolor": "white", "text.color": "#222",
               "axes.labelcolor": "#222", "axes.edgecolor": "#888", "xtick.color": "#333", "ytick.color": "#333",
@@ -43,52 +54,113 @@ THEMES = {
 }
 """Figure colours for JupyterLab's light and dark themes (text contrast >= 7:1 on both)."""
 FOREGROUND = {"light": "#222", "dark": "#eee"}
-READABLE = {"font.size": 10.5, "axes.titlesize": 11.5, "axes.labelsize": 10.5, "legend.fontsize": 9,
-            "xtick.labelsize": 9.5, "ytick.labelsize": 9.5, "axes.grid": True, "grid.linewidth": 0.6}
-"""Sizes that stay readable in a 1100 px wide window."""
+READABLE = {"font.size": 11, "axes.titlesize": 12, "axes.labelsize": 11, "legend.fontsize": 10.5,
+            "xtick.labelsize": 10.5, "ytick.labelsize": 10.5, "axes.grid": True, "grid.linewidth": 0.6,
+            "axes.formatter.limits": (-4, 5)}
+"""Sizes that stay readable at 100 dpi (ticks ~14 px high)."""
+DEFAULT_SMOOTH = 0.6
+"""TensorBoard's default smoothing weight."""
 
 
-def rank_colour(rank: int) -> str:
-    """The colour of rank `rank` everywhere: lines, badges, logs."""
-    return RANK_COLOURS[int(rank) % len(RANK_COLOURS)]
+class ShownFigure(Figure):
+    """A Figure that shows itself in a notebook without pyplot (a bare Figure's repr is only
+    `<Figure size ...>` until pyplot's inline backend is loaded)."""
+
+    def _repr_png_(self) -> bytes:
+        import io
+
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        if self.canvas is None or type(self.canvas).__name__ == "FigureCanvasBase":
+            FigureCanvasAgg(self)
+        out = io.BytesIO()
+        self.savefig(out, format="png", dpi=self.dpi)
+        return out.getvalue()
 
 
 @dataclass(frozen=True)
 class PlotOptions:
     x: str = "step"
     """"step", "samples" (seen by all ranks together) or "elapsed_s"."""
-    log_y: bool = False
-    smooth: float = 0.0
-    """EMA weight, 0 (raw) to 0.99 (heavy), as TensorBoard's smoothing slider."""
+    log_y: bool | None = None
+    """Log-y on the loss and validation panels: True, False, or None (auto: when the values span
+    more than a decade)."""
+    smooth: float = DEFAULT_SMOOTH
+    """EMA weight, 0 (raw) to 0.999 (heavy), as TensorBoard's smoothing slider; applies to the loss,
+    step time, throughput and other logged metrics, over the full series."""
     ranks: tuple[int, ...] | None = None
     """The ranks to draw (None: all)."""
     theme: str = "light"
-    max_points: int = 2000
-    """Points per line at most (each bucket's min and max are kept: spikes stay visible)."""
-    panels: tuple[str, ...] = field(default=PANELS)
+    panels: tuple[str, ...] | None = None
+    """Panel keys or metric names to draw (None: every panel with data)."""
 
 
-def plot_run(frame: pd.DataFrame, panels: Sequence[str] = PANELS, max_points: int = 2000,
+def options(**given: Any) -> PlotOptions:
+    """PlotOptions from keyword arguments, checked: one ValueError naming the field and the fix."""
+    unknown = sorted(set(given) - set(PlotOptions.__dataclass_fields__))
+    if unknown:
+        raise ValueError(f"plot option {unknown[0]!r} is not one of {', '.join(PlotOptions.__dataclass_fields__)}")
+    opts = PlotOptions(**given)
+    if opts.x not in X_AXES:
+        raise ValueError(f"x: {opts.x!r} is not one of {', '.join(X_AXES)}")
+    if not 0.0 <= float(opts.smooth) < 1.0:
+        raise ValueError(f"smooth: {opts.smooth!r} is not an EMA weight; give 0 (raw) to 0.999")
+    if opts.theme not in THEMES:
+        raise ValueError(f"theme: {opts.theme!r} is not one of {', '.join(THEMES)}")
+    if opts.panels is not None and isinstance(opts.panels, str):
+        raise ValueError(f"panels: give a list of panel names, e.g. [{opts.panels!r}]")
+    return opts
+
+
+def as_data(frame: pd.DataFrame | MetricData | None, evals: pd.DataFrame | None = None) -> MetricData:
+    if isinstance(frame, MetricData):
+        if evals is not None:
+            frame.evals = evals
+        return frame
+    import pandas as pd
+
+    return MetricData.from_frame(frame if frame is not None else pd.DataFrame(), evals)
+
+
+def plot_run(frame: pd.DataFrame | MetricData, panels: Sequence[str] | None = None,
              figsize: tuple[float, float] | None = None, fig: Figure | None = None,
-             evals: pd.DataFrame | None = None, **options: Any) -> Figure:
-    """The run's panels as a matplotlib Figure; `options` are PlotOptions fields (x, log_y, smooth,
-    ranks, theme); `evals` are the run's eval events (Run.events() rows with event == "eval")."""
-    from matplotlib.figure import Figure
-
-    opts = PlotOptions(max_points=max_points, panels=tuple(panels),
-                       **{k: v for k, v in options.items() if k in PlotOptions.__dataclass_fields__})
-    ncols = min(3, len(opts.panels))
-    nrows = math.ceil(len(opts.panels) / ncols)
-    with theme_rc(opts.theme):
-        fig = fig or Figure(figsize=figsize or (11.0, 3.1 * nrows), layout="constrained")
+             evals: pd.DataFrame | None = None, columns: int = 3, **opts: Any) -> Figure:
+    """The run's panels as a matplotlib Figure; `opts` are PlotOptions fields (x, log_y, smooth,
+    ranks, theme); `evals` are the run's eval events (Run.evals())."""
+    o = options(**opts, panels=tuple(panels) if panels is not None else None)
+    data = as_data(frame, evals)
+    chosen = choose_panels(data, o.panels)
+    ncols = max(1, min(columns, len(chosen)))
+    nrows = max(1, math.ceil(len(chosen) / ncols))
+    with theme_rc(o.theme):
+        fig = fig or ShownFigure(figsize=figsize or (11.0, 0.5 + 2.9 * nrows), layout="constrained")
         fig.clear()
-        fig.set_facecolor(THEMES[opts.theme]["figure.facecolor"])
-        axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
-        for ax, panel in zip(axes, opts.panels):
-            draw_panel(ax, panel, frame, evals, opts)
-        for ax in axes[len(opts.panels):]:
-            ax.set_visible(False)
+        fig.set_facecolor(THEMES[o.theme]["figure.facecolor"])
+        axes = panel_axes(fig, len(chosen), ncols)
+        views, x = Views(), data.axis(o.x)
+        for ax, panel in zip(axes, chosen):
+            specs = panel_specs(panel, data, x, o, views, FOREGROUND[o.theme])
+            add_artists(ax, specs)
+            decorate(ax, panel, specs, o, x)
+        figure_legend(fig, axes)
+        if not chosen:
+            fig.text(0.5, 0.5, "no metrics logged yet", ha="center", va="center", fontsize=13)
     return fig
+
+
+def panel_axes(fig: Figure, n: int, ncols: int) -> list[Axes]:
+    """n axes in rows of ncols, x shared (a zoom or pan moves every panel), x labels on the bottom row."""
+    if n == 0:
+        return []
+    nrows = math.ceil(n / ncols)
+    grid = fig.add_gridspec(nrows, ncols)
+    axes: list[Axes] = []
+    for i in range(n):
+        axes.append(fig.add_subplot(grid[i // ncols, i % ncols], sharex=axes[0] if axes else None))
+    for i, ax in enumerate(axes):
+        if i + ncols < n:  # a panel below it: its x tick labels would repeat the one below
+            ax.tick_params(labelbottom=False)
+    return axes
 
 
 @contextmanager
@@ -102,137 +174,104 @@ def theme_rc(theme: str) -> Iterator[None]:
         yield
 
 
-def draw_panel(ax: Axes, panel: str, frame: pd.DataFrame, evals: pd.DataFrame | None, opts: PlotOptions) -> None:
-    draw_data(ax, panel, frame, evals, opts)
-    decorate(ax, panel, frame, evals, opts)
+# --- specs -> artists ------------------------------------------------------------------------------
+def add_artists(ax: Axes, specs: list[Spec]) -> dict[str, Any]:
+    """An artist per spec (key -> artist), added to `ax`."""
+    made = {}
+    for spec in specs:
+        made[spec.key] = make_artist(ax, spec)
+    ax.autoscale_view()
+    return made
 
 
-def draw_data(ax: Axes, panel: str, frame: pd.DataFrame, evals: pd.DataFrame | None,
-              opts: PlotOptions) -> list[Any]:
-    """The panel's data artists (lines, bands), returned so a live view can redraw just them."""
-    before = set(ax.lines) | set(ax.collections) | set(ax.texts)
-    x = opts.x if opts.x in frame else "step"
-    if panel == "val":
-        _draw_evals(ax, evals, opts)
-    elif not len(frame) or panel not in frame or x not in frame:
-        pass
-    elif panel == "lr":
-        first = frame[frame["rank"] == frame["rank"].min()]
-        ax.plot(*envelope(first[x].to_numpy(float), first["lr"].to_numpy(float), min(opts.max_points, DRAW_POINTS)),
-                color=FOREGROUND[opts.theme], lw=1.2, label="lr (every rank)")
+def make_artist(ax: Axes, spec: Spec) -> Any:
+    style = {k: v for k, v in spec.style.items() if v is not None}
+    if spec.kind == "band":
+        band = M4Band(spec.x, spec.y, spec.y2 if spec.y2 is not None else spec.y, label=spec.label,
+                      facecolor=style.pop("color", "#888"), **style)
+        ax.add_collection(band, autolim=False)
+        ax.update_datalim(band.get_datalim(ax.transData))
+        return band
+    if spec.kind == "note":
+        xy = last_point(spec.x, spec.y)
+        note = ax.annotate(spec.label, xy or (0.0, 0.0), color=style.get("color"), fontsize=9.5, xytext=(3, 0),
+                           textcoords="offset points", va="center", annotation_clip=True)
+        note.set_visible(xy is not None)
+        return note
+    if spec.kind == "points":
+        return ax.plot(spec.x, spec.y, label=spec.label, **style)[0]
+    line = M4Line(spec.x, spec.y, raw=spec.raw, label=spec.label, **style)
+    ax.add_line(line)
+    return line
+
+
+def update_artist(artist: Any, spec: Spec) -> None:
+    """Give an artist made from a spec with the same key its new data."""
+    if spec.kind == "band":
+        artist.set_full(spec.x, spec.y, spec.y2 if spec.y2 is not None else spec.y, spec.stable)
+    elif spec.kind == "note":
+        xy = last_point(spec.x, spec.y)
+        if xy is not None:
+            artist.xy = xy
+        artist.set_visible(xy is not None)
+    elif spec.kind == "points":
+        artist.set_data(spec.x, spec.y)
     else:
-        _draw_ranks(ax, frame, panel, x, opts)
-        if panel == "loss":
-            _draw_reduced(ax, frame, x, opts)
-    return [a for a in [*ax.lines, *ax.collections, *ax.texts] if a not in before]
+        artist.set_full(spec.x, spec.y, spec.stable, spec.raw)
 
 
-def decorate(ax: Axes, panel: str, frame: pd.DataFrame, evals: pd.DataFrame | None, opts: PlotOptions) -> None:
-    """Title, axis label, log scale and legend (what a live view keeps in its cached background)."""
-    x = opts.x if opts.x in frame else "step"
-    title = TITLES.get(panel, panel)
-    if not ax.has_data():
-        title += ": none yet" if panel == "val" else ": no data yet"
-    ax.set_title(title, loc="left")
-    ax.set_xlabel(X_AXES.get(x, x))
-    if opts.log_y and panel in LOG_PANELS and ax.has_data():
+def last_point(x: np.ndarray, y: np.ndarray) -> tuple[float, float] | None:
+    ok = np.flatnonzero(np.isfinite(np.asarray(x, float)) & np.isfinite(np.asarray(y, float)))
+    return (float(x[ok[-1]]), float(y[ok[-1]])) if len(ok) else None
+
+
+def decorate(ax: Axes, panel: Panel, specs: list[Spec], opts: PlotOptions, x: str) -> None:
+    """Title (the metric's name), x label, log scale."""
+    ax.set_title(panel.title, loc="left")
+    if ax.xaxis.get_tick_params().get("labelbottom", True) is not False:
+        ax.set_xlabel(X_AXES.get(x, x))
+    if use_log(panel, specs, opts):
         ax.set_yscale("log")
-    handles = ax.get_legend_handles_labels()[0]
-    if handles:
-        ax.legend(loc="upper right", ncols=2 if len(handles) > 5 else 1)
+    if x == "step" or x == "samples":
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(nbins="auto", steps=[1, 2, 2.5, 5, 10], integer=True))
 
 
-def selected(frame: pd.DataFrame, ranks: Sequence[int] | None) -> pd.DataFrame:
-    return frame if ranks is None else frame[frame["rank"].isin(list(ranks))]
+def use_log(panel: Panel, specs: list[Spec], opts: PlotOptions) -> bool:
+    if not panel.log_able or opts.log_y is False:
+        return False
+    lows = [float(np.nanmin(s.y)) for s in specs if s.kind in ("line", "points") and np.isfinite(s.y).any()]
+    return bool(lows) and min(lows) > 0 and (opts.log_y is True or spans_a_decade(specs))
 
 
-def _draw_ranks(ax: Axes, frame: pd.DataFrame, column: str, x: str, opts: PlotOptions) -> None:
-    data = selected(frame, opts.ranks)
-    ranks = sorted(data["rank"].unique())
-    rank_of, xs, ys = data["rank"].to_numpy(), data[x].to_numpy(float), data[column].to_numpy(float)  # numpy
-    # masks per rank: pandas' boolean indexing costs ~1 ms a call, and a wide run has many ranks
-    if len(ranks) > BAND_ABOVE_RANKS:
-        found = band(data, column, x)
-        bx, low, high = _thin(found.x, found.low, found.high, n=min(opts.max_points, DRAW_POINTS))
-        ax.fill_between(bx, low, high, color="#888", alpha=0.3, lw=0, label=f"min-max of {len(ranks)} ranks")
-        _line(ax, found.x, found.median, FOREGROUND[opts.theme], "median", opts)
-        for rank in found.outliers:  # named at their line's end, not in the legend (which then stays put)
-            mine = rank_of == rank
-            _line(ax, xs[mine], ys[mine], rank_colour(rank), "_outlier", opts, gid=f"rank {rank}")
-            ax.annotate(f"rank {rank}", (xs[mine][-1], ys[mine][-1]), color=rank_colour(rank), fontsize=9,
-                        xytext=(3, 0), textcoords="offset points", va="center")
-        return
-    for rank in ranks:
-        mine = rank_of == rank
-        _line(ax, xs[mine], ys[mine], rank_colour(rank), f"rank {rank}", opts)
-
-
-def _draw_reduced(ax: Axes, frame: pd.DataFrame, x: str, opts: PlotOptions) -> None:
-    reduced = reduced_loss(frame, x)
-    _line(ax, reduced[x].to_numpy(float), reduced["loss"].to_numpy(float), FOREGROUND[opts.theme],
-          "reduced (all ranks)", opts, ls="--")
-
-
-def _draw_evals(ax: Axes, evals: pd.DataFrame | None, opts: PlotOptions) -> None:
-    columns = [] if evals is None else [c for c in evals.columns if c.startswith("val_")]
-    x = opts.x if evals is not None and opts.x in evals else "step"
-    if not columns or evals is None or not len(evals):
-        return
-    for i, column in enumerate(columns[:6]):
-        rows = evals[[x, column]].dropna()
-        ax.plot(rows[x], rows[column], "o-", ms=3, lw=1.2, color=RANK_COLOURS[(i + 3) % len(RANK_COLOURS)],
-                label=column)
-
-
-DRAW_POINTS = 700
-"""Points drawn per line at most: about two per pixel column of a panel (~350 px); each bucket's min
-and max are kept, so it looks the same, and drawing costs what the pixels need, not what was logged."""
+def figure_legend(fig: Figure, axes: Sequence[Axes]) -> Any:
+    """One legend above the panels (outside the data): each label once (rank R has one colour in
+    every panel)."""
+    handles, labels = [], []
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            if label not in labels:
+                handles.append(handle)
+                labels.append(label)
+    if not handles:
+        return None
+    return fig.legend(handles, labels, loc="outside upper center", ncols=min(len(labels), 9), frameon=False,
+                      handlelength=1.6, columnspacing=1.2)
 
 
 def _line(ax: Axes, x: np.ndarray, y: np.ndarray, colour: str, label: str, opts: PlotOptions, **style: Any) -> None:
-    """The series, smoothed when asked (the raw one faint behind it), at most DRAW_POINTS points."""
-    from matplotlib.lines import Line2D
+    """One series on `ax` (workbench.compare's runs): smoothed when opts say so, the raw one faint
+    behind, drawn at full fidelity."""
+    from workbench.results.panels import _line_specs
 
-    points = min(opts.max_points, DRAW_POINTS)
-    if opts.smooth > 0:  # Line2D + add_line: ax.plot's argument parsing costs more than the line itself
-        ax.add_line(Line2D(*envelope(x, y, points), color=colour, lw=0.8, alpha=0.25, label="_raw", **style))
-        y = ema(y, opts.smooth)
-    ax.add_line(Line2D(*envelope(x, y, points), color=colour, lw=1.3, label=label, **style))
+    for spec in _line_specs(label, np.asarray(x, float), np.asarray(y, float), label, {"color": colour, **style},
+                            opts.smooth, Views()):
+        make_artist(ax, spec)
     ax.autoscale_view()
 
 
-def envelope(x: np.ndarray, y: np.ndarray, columns: int) -> tuple[np.ndarray, np.ndarray]:
-    """At most ~2 points per column: each bucket's min and max, in order (a spike stays visible)."""
-    n = len(y)
-    columns = max(1, columns // 2)
-    if n <= 4 * columns:
-        return x, y
-    k = -(-n // columns)
-    m = (n // k) * k
-    chunks = y[:m].reshape(-1, k)
-    lows = np.argmin(np.where(np.isnan(chunks), np.inf, chunks), axis=1)
-    highs = np.argmax(np.where(np.isnan(chunks), -np.inf, chunks), axis=1)
-    starts = np.arange(len(chunks)) * k
-    keep = np.unique(np.concatenate([[0], starts + lows, starts + highs, np.arange(m, n), [n - 1]]))
-    return x[keep], y[keep]
-
-
-def _thin(x: np.ndarray, *ys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    stride = max(1, -(-len(x) // max(1, n)))
-    low, high = ys
-    return x[::stride], low[::stride], high[::stride]
-
-
-def downsample(frame: pd.DataFrame, max_points: int) -> pd.DataFrame:
-    """At most max_points rows per rank, evenly spaced, each rank's last row kept."""
-    if len(frame) == 0 or "rank" not in frame or frame.groupby("rank").size().max() <= max_points:
-        return frame
-    import pandas as pd
-
-    return pd.concat([thin(part, max_points) for _, part in frame.groupby("rank")]).sort_index()
-
-
-def save_run_plot(frame: pd.DataFrame, path: str, **kwargs: Any) -> str:
+def save_run_plot(frame: pd.DataFrame | MetricData, path: str, **kwargs: Any) -> str:
     save_figure(plot_run(frame, **kwargs), path)
     return path
 
@@ -251,9 +290,7 @@ SPLIT = (("data_time_s", "data wait"), ("compute_s", "compute"), ("comm_wait_s",
 def plot_scaling(frame: pd.DataFrame, figsize: tuple[float, float] = (10.0, 3.6)) -> Figure:
     """Measured scaling (from benchmark_scaling): speedup measured vs ideal vs the guides' expectation,
     and per world size the step split into data wait, compute and communication, efficiency on top."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=figsize, layout="constrained")
+    fig = ShownFigure(figsize=figsize, layout="constrained")
     speed_ax, split_ax = fig.subplots(1, 2)
     _plot_speedup(frame, speed_ax)
     _plot_split(frame, split_ax)

@@ -1,6 +1,8 @@
-"""MetricsPlot: the run's panels as an interactive figure (ipympl: zoom, pan, hover values) with
-controls for the x axis, log-y, smoothing, the ranks shown and the theme; the dashboard embeds one,
-``run.plot(interactive=True)`` returns one."""
+"""MetricsPlot: the run's panels as an interactive figure (ipympl: zoom and pan linked across panels,
+every series' value under the cursor) with controls for the x axis, log-y, smoothing, the ranks shown
+and the theme; the dashboard embeds one, ``run.plot(interactive=True)`` returns one.  The choices
+(all but the theme, which follows JupyterLab's) are remembered for the next plot
+(workbench.ui.plotsettings)."""
 
 from __future__ import annotations
 
@@ -11,8 +13,10 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as w
 
 from workbench.results.metricview import X_AXES
-from workbench.results.plots import PANELS, PlotOptions
-from workbench.ui.render import LiveFigure, nearest_point
+from workbench.results.plots import PlotOptions, options
+from workbench.results.series import MetricData
+from workbench.ui import plotsettings
+from workbench.ui.render import LiveFigure, ViewRange, values_at
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -20,6 +24,10 @@ if TYPE_CHECKING:
     from workbench.launch.run import Run
 
 X_CHOICES = [(label, column) for column, label in X_AXES.items()]
+Y_CHOICES = [("y: auto (log past 10x)", "auto"), ("y: log", "log"), ("y: linear", "linear")]
+LOG_Y = {"auto": None, "log": True, "linear": False}
+HOVER_SERIES = 12
+"""Series named in the hover line at most (a band counts one)."""
 
 
 def parse_ranks(text: str) -> tuple[int, ...] | None:
@@ -55,35 +63,54 @@ def lab_theme() -> str:
     return "dark" if "dark" in theme.lower() else "light"
 
 
+def initial_options(given: dict[str, Any], remember: bool) -> tuple[PlotOptions, str]:
+    """The options to start with: those given, else the remembered ones, else the defaults; and the
+    ranks text for the control."""
+    saved = plotsettings.load() if remember else {}
+    ranks_text = saved.pop("ranks", "all")
+    if "ranks" in given:
+        ranks = given.pop("ranks")
+        ranks_text = "all" if ranks is None else ",".join(str(r) for r in ranks)
+    try:
+        ranks_value = parse_ranks(ranks_text)
+    except ValueError:
+        ranks_text, ranks_value = "all", None
+    given.setdefault("theme", lab_theme())
+    return options(**{**saved, **given, "ranks": ranks_value}), ranks_text
+
+
 class MetricsPlot:
     """Interactive panels over a Run (or a fixed frame); `refresh()` reads the run and redraws."""
 
     def __init__(self, run: Run | None = None, frame: pd.DataFrame | None = None,
-                 evals: pd.DataFrame | None = None, max_points: int = 2000, **options: Any):
+                 evals: pd.DataFrame | None = None, remember: bool = True, **given: Any):
         self.run = run
-        self.frame, self.evals = frame, evals
-        options.setdefault("theme", lab_theme())
-        self.opts = PlotOptions(max_points=max_points, panels=tuple(options.pop("panels", PANELS)),
-                                **{k: v for k, v in options.items() if k in PlotOptions.__dataclass_fields__})
+        self.remember = remember
+        self.data: MetricData | pd.DataFrame | None = frame
+        self.evals = evals
+        self.live_run = True
+        self.opts, ranks_text = initial_options(dict(given), remember)
         self.live = LiveFigure(interactive=True)
         self.live.on_view = self._on_view
         self._lock = threading.Lock()
-        self._build_widgets()
+        self._build_widgets(ranks_text)
         self.live.canvas.mpl_connect("motion_notify_event", self._on_hover)
         if run is not None:
             self.refresh()
         else:
             self.redraw()  # an image before the widget is shown: ipympl's view paints it first (none breaks it)
 
-    def _build_widgets(self) -> None:
+    def _build_widgets(self, ranks_text: str) -> None:
         o = self.opts
-        self.x = w.Dropdown(options=X_CHOICES, value=o.x, description="x axis", layout=w.Layout(width="220px"))
-        self.log_y = w.Checkbox(value=o.log_y, description="log y (loss, val)", indent=False,
-                                layout=w.Layout(width="150px"))
+        y = "auto" if o.log_y is None else ("log" if o.log_y else "linear")
+        self.x = w.Dropdown(options=X_CHOICES, value=o.x, description="x axis", layout=w.Layout(width="210px"))
+        self.log_y = w.Dropdown(options=Y_CHOICES, value=y, layout=w.Layout(width="190px"),
+                                tooltip="log-y on the loss and validation panels")
         self.smooth = w.FloatSlider(value=o.smooth, min=0.0, max=0.99, step=0.01, description="smoothing",
-                                    tooltip="EMA weight (raw series faint behind)", layout=w.Layout(width="300px"))
-        self.ranks = w.Text(value="all", description="ranks", placeholder="all, or e.g. 0-3,7",
-                            continuous_update=False, layout=w.Layout(width="220px"))
+                                    tooltip="EMA weight per 1/1000 of the series (as TensorBoard shows it); raw behind",
+                                    layout=w.Layout(width="300px"))
+        self.ranks = w.Text(value=ranks_text, description="ranks", placeholder="all, or e.g. 0-3,7",
+                            continuous_update=False, layout=w.Layout(width="200px"))
         self.theme = w.ToggleButtons(options=["light", "dark"], value=o.theme, style={"button_width": "56px"},
                                      tooltip="figure colours for JupyterLab's light or dark theme")
         self.note = w.HTML()
@@ -93,30 +120,28 @@ class MetricsPlot:
             control.observe(lambda _: self._on_controls(), names="value")
         controls = w.HBox([self.x, self.log_y, self.smooth, self.ranks, self.theme],
                           layout=w.Layout(flex_flow="row wrap", align_items="center"))
-        self.widget = w.VBox([controls, self.note, self.live.canvas, w.HBox([self.view, self.hover])])
+        self.widget = w.VBox([controls, self.note, self.view, self.live.canvas, self.hover])
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         return self.widget._repr_mimebundle_(**kwargs)
 
     # --- data ------------------------------------------------------------------------------------
     def refresh(self) -> str:
-        """Read the run (incrementally) and redraw; returns "full" or "lines"."""
+        """Read the run (what was appended since the last read) and redraw; "full" or "lines"."""
         if self.run is not None:
-            self.frame = self.run.metrics(self.opts.max_points)
-            self.evals = self.run.evals()
+            status = self.run.status()  # one poll; the data below is that poll's
+            self.data = MetricData.from_run(self.run, self.run.evals())
+            self.live_run = not status.done
         return self.redraw()
 
-    def show(self, frame: pd.DataFrame, evals: pd.DataFrame | None) -> str:
-        """Draw `frame` and `evals` (the dashboard hands over what it read)."""
-        self.frame, self.evals = frame, evals
+    def show(self, data: MetricData | pd.DataFrame, evals: pd.DataFrame | None = None, live: bool = True) -> str:
+        """Draw `data` (the dashboard hands over the snapshot it read)."""
+        self.data, self.evals, self.live_run = data, evals, live
         return self.redraw()
 
     def redraw(self) -> str:
-        import pandas as pd
-
         with self._lock:
-            frame = self.frame if self.frame is not None else pd.DataFrame()
-            return self.live.update(frame, self.evals, self.opts)
+            return self.live.update(self.data, self.evals, self.opts, live=self.live_run)
 
     def _on_controls(self) -> None:
         try:
@@ -125,28 +150,49 @@ class MetricsPlot:
             self.note.value = f"<span style='color:var(--jp-ui-font-color1,#222)'>✘ {html.escape(str(exc))}</span>"
             return
         self.note.value = ""
-        self.opts = PlotOptions(x=self.x.value, log_y=self.log_y.value, smooth=float(self.smooth.value),
-                                ranks=ranks, theme=self.theme.value, max_points=self.opts.max_points,
-                                panels=self.opts.panels)
+        self.opts = PlotOptions(x=self.x.value, log_y=LOG_Y[self.log_y.value], smooth=float(self.smooth.value),
+                                ranks=ranks, theme=self.theme.value, panels=self.opts.panels)
+        if self.remember:
+            plotsettings.save({"x": self.opts.x, "log_y": self.opts.log_y, "smooth": self.opts.smooth,
+                               "ranks": self.ranks.value.strip() or "all"})
         self.redraw()
 
-    def _on_view(self, ax: Any) -> None:
-        """Say which x range the panels show, and whether that is the user's zoom."""
-        low, high = ax.get_xlim()
-        zoomed = any(self.live.zoomed()[:1])
-        how = "zoomed; the toolbar's home button resets" if zoomed else "all of it"
-        self.view.value = (f"<span class='wb-view' data-zoomed='{str(zoomed).lower()}' style='font-size:90%;"
-                           f"margin-right:16px'>{html.escape(ax.get_xlabel() or 'x')} "
-                           f"{low:,.0f} – {high:,.0f} ({how})</span>")
+    def _on_view(self) -> None:
+        """Say which part of the data the panels show (x is linked across them)."""
+        found = self.live.view_range()
+        self.view.value = range_html(found)
 
     def _on_hover(self, event: Any) -> None:
-        """The nearest labelled point under the cursor: rank, x and value."""
-        if event.inaxes is None:
+        """Every series of the panel under the cursor, at the cursor's x."""
+        if event.inaxes is None or event.inaxes not in self.live.axes or event.xdata is None:
             return
-        axes = [ax for ax in self.live.fig.axes if ax.get_visible()]
-        if event.inaxes not in axes:
+        i = self.live.axes.index(event.inaxes)
+        at, found = values_at(event.inaxes, self.live.artists[i].values(), float(event.xdata))
+        if at is None and not found:
             return
-        artists = self.live._data[axes.index(event.inaxes)]
-        text = nearest_point(event.inaxes, artists, event.x, event.y)
-        if text:
-            self.hover.value = f"<span class='wb-hover' style='font-size:90%'>{html.escape(text)}</span>"
+        label = X_AXES.get(self.live.view_range().axis, "x")
+        head = f"{label} {number(at if at is not None else float(event.xdata))}"
+        parts = [f"{html.escape(name)} <b>{html.escape(value)}</b>" for name, value in found[:HOVER_SERIES]]
+        more = f" · … {len(found) - HOVER_SERIES} more" if len(found) > HOVER_SERIES else ""
+        self.hover.value = (f"<span class='wb-hover' style='font-size:90%'>{html.escape(self.live.panels[i].title)}"
+                            f" at {html.escape(head)}: " + " · ".join(parts) + more + "</span>")
+
+
+def number(value: float) -> str:
+    return f"{value:,.0f}" if abs(value - round(value)) < 1e-9 or abs(value) >= 1000 else f"{value:,.4g}"
+
+
+def range_html(found: ViewRange) -> str:
+    """The range line: the data each panel shows (its extent, not the axis limits)."""
+    label = X_AXES.get(found.axis, found.axis)
+    if found.data is None:
+        text = "no data yet"
+    elif found.shown is None:
+        text = f"nothing in view: the data spans {label} {number(found.data[0])} – {number(found.data[1])}"
+    elif found.zoomed:
+        text = (f"{label} {number(found.shown[0])} – {number(found.shown[1])} of {number(found.data[0])} – "
+                f"{number(found.data[1])} (zoomed; x is linked across panels; the toolbar's home button resets)")
+    else:
+        text = f"{label} {number(found.data[0])} – {number(found.data[1])}: all data (x is linked across panels)"
+    return (f"<span class='wb-view' data-zoomed='{str(found.zoomed).lower()}' style='font-size:90%'>"
+            f"{html.escape(text)}</span>")

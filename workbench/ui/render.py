@@ -1,29 +1,50 @@
-"""A live matplotlib figure that is cheap to refresh: only the data is redrawn, over a cached background.
+"""A live matplotlib figure that is cheap to refresh: only new data is drawn, over a cached background.
 
-The panels are drawn by ``workbench.results.plots`` (``draw_data`` + ``decorate``).  A full draw (axes,
-ticks, titles, legends: text layout is most of matplotlib's cost) happens when the options or the
-legend change, or when new data leaves the axis limits (which get headroom); in between, each
-refresh removes the old data artists, draws the new ones over the cached background and blits.
-On the ipympl canvas (the dashboard's widget) a blit sends only the changed pixels to the browser,
-and zoom, pan and the toolbar work as usual: an axis the user zoomed keeps its limits.
+The panels and their series come from ``workbench.results.panels`` and are drawn as the M4 artists of
+``workbench.results.m4`` (full data held, reduced per pixel column when drawn).  A full draw (axes,
+ticks, titles, legend: text layout is most of matplotlib's cost) happens when the panels, options or
+legend change, or when new data leaves the axis limits (which get headroom while the run goes).  In
+between, a refresh gives each artist its new full data; the buckets before each line's last one
+cannot change, so they stay in a cached background and only the new part of each line is drawn and
+blitted: the cost follows the new records, not the run's length.  On the ipympl canvas (the
+dashboard's widget) a blit sends only the changed pixels, and zoom, pan and the toolbar work as usual:
+x is shared by every panel (a zoom or pan moves them all), and a zoom or pan redraws from the full
+data.  An axis the user zoomed keeps its limits.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from workbench.results.plots import PANELS, PlotOptions, decorate, draw_data, theme_rc
+from workbench.results.m4 import M4Band
+from workbench.results.panels import Panel, Spec, Views, choose_panels, panel_specs
+from workbench.results.plots import (
+    FOREGROUND,
+    THEMES,
+    PlotOptions,
+    as_data,
+    decorate,
+    figure_legend,
+    make_artist,
+    panel_axes,
+    theme_rc,
+    update_artist,
+    use_log,
+)
+from workbench.results.series import MetricData
 
 if TYPE_CHECKING:
     import pandas as pd
 
 Limits = tuple[tuple[float, float], tuple[float, float]]
 _NUMBERS = iter(range(10**6, 10**9))  # figure numbers for ipympl managers (never registered with pyplot)
+LIVE_HEADROOM = 0.15
+"""While a run goes, x reaches this much past the data (fewer full draws as it grows)."""
 
 
 def make_canvas(fig: Any, interactive: bool) -> Any:
@@ -41,9 +62,9 @@ def make_canvas(fig: Any, interactive: bool) -> Any:
     FigureManager(canvas, next(_NUMBERS))  # the toolbar and the message plumbing, outside pyplot
     canvas._size = tuple(fig.bbox.size)  # ipympl sets it only when the canvas itself is displayed
     canvas.header_visible = False
-    canvas.footer_visible = True  # the toolbar's message: the x and y under the cursor
+    canvas.footer_visible = False  # the hover line under the figure says more (every series at x)
     canvas.resizable = False
-    canvas.toolbar_position = "top"  # zoom, pan, home: shown while the pointer is over the figure
+    canvas.toolbar_position = "left"  # zoom, pan, home: shown while the pointer is over the figure
     return canvas
 
 
@@ -64,29 +85,43 @@ def _canvas_class() -> Any:
     return EmbeddedCanvas
 
 
+@dataclass
+class ViewRange:
+    """What the panels show on x: the data's extent and the part of it in view."""
+
+    axis: str
+    shown: tuple[float, float] | None
+    data: tuple[float, float] | None
+    zoomed: bool
+
+
 class LiveFigure:
     """The run's panels on one canvas; `update()` redraws what changed and says how."""
 
-    def __init__(self, interactive: bool = False, figsize: tuple[float, float] = (8.0, 7.4), dpi: int = 84,
-                 columns: int = 2):
+    def __init__(self, interactive: bool = False, width_px: int = 1000, dpi: int = 100, columns: int = 3):
         from matplotlib.figure import Figure
 
         self.columns = columns
-        """Panels per row: 2 keeps the figure ~700 px wide, readable in an 1100 px window with the
-        file browser open."""
-        self.fig = Figure(figsize=figsize, dpi=dpi, layout="constrained")
+        self.dpi = dpi
+        self.fig = Figure(figsize=(width_px / dpi, 4.0), dpi=dpi)
         self.canvas = make_canvas(self.fig, interactive)
         self.opts: PlotOptions | None = None
+        self.views = Views()
+        self.data = MetricData({})
         self.full_draws = 0
         self.line_draws = 0
+        self.panels: list[Panel] = []
+        self.axes: list[Any] = []
+        self.artists: list[dict[str, Any]] = []
+        self._layout: Any = None
         self._lock = threading.RLock()  # the poller thread and the kernel's draw (a zoom) share the renderer
-        self._data: list[list[Any]] = []
-        self._labels: list[tuple[str, ...]] = []
         self._set: list[Limits] = []
         self._background: Any = None
+        self._drawn: dict[int, int] = {}  # id(artist) -> points (vertices) kept in the background
         self._fitting = False
-        self.on_view: Callable[[Any], None] | None = None
-        """Called with the first panel's axes whenever its x range changes (a zoom, a pan, a refit)."""
+        self.live = True
+        self.on_view: Callable[[], None] | None = None
+        """Called whenever the x range shown changes (a zoom, a pan, a refit)."""
         draw = self.canvas.draw
         self.canvas.draw = lambda *a, **k: self._locked(draw, *a, **k)
         self.canvas.mpl_connect("draw_event", self._on_draw)
@@ -96,107 +131,180 @@ class LiveFigure:
             return fn(*args, **kwargs)
 
     # --- refresh ---------------------------------------------------------------------------------
-    def update(self, frame: pd.DataFrame, evals: pd.DataFrame | None, opts: PlotOptions) -> str:
-        """"full" (everything drawn), "lines" (data only, over the background)."""
+    def update(self, frame: pd.DataFrame | MetricData | None, evals: pd.DataFrame | None, opts: PlotOptions,
+               live: bool = True) -> str:
+        """"full" (everything drawn) or "lines" (the new data only, over the background)."""
         with self._lock, theme_rc(opts.theme):
-            if opts != self.opts or not self._data:
-                return self._rebuild(frame, evals, opts)
-            for artists in self._data:
-                for artist in artists:
-                    artist.remove()
-            self._data = [draw_data(ax, p, frame, evals, opts) for ax, p in zip(self.fig.axes, opts.panels)]
-            if [_labels(a) for a in self._data] != self._labels:
-                return self._rebuild(frame, evals, opts)  # the legend changes (an outlier rank appeared)
+            self.data, self.live = as_data(frame, evals), live
+            x = self.data.axis(opts.x)
+            panels = choose_panels(self.data, opts.panels)
+            specs = [panel_specs(p, self.data, x, opts, self.views, FOREGROUND[opts.theme]) for p in panels]
+            layout = (opts, x, [(p, [s.key for s in ss], use_log(p, ss, opts)) for p, ss in zip(panels, specs)])
+            if layout != self._layout:
+                return self._rebuild(panels, specs, opts, x, layout)
+            for artists, panel_specs_ in zip(self.artists, specs):
+                for spec in panel_specs_:
+                    update_artist(artists[spec.key], spec)
             if self._fit_limits() or self._background is None:
                 self._full_draw()
                 return "full"
-            self.canvas.restore_region(self._background)
-            self._draw_data()
-            self.canvas.blit(self.fig.bbox)
+            if not self._draw_new():
+                self._full_draw()
+                return "full"
             self.line_draws += 1
             return "lines"
 
-    def _rebuild(self, frame: pd.DataFrame, evals: pd.DataFrame | None, opts: PlotOptions) -> str:
-        from workbench.results.plots import THEMES
-
-        self.opts = opts
+    def _rebuild(self, panels: list[Panel], specs: list[list[Spec]], opts: PlotOptions, x: str,
+                 layout: Any) -> str:
+        if opts != self.opts:
+            self.views = Views()  # new smoothing or ranks: nothing cached applies
+        self.opts, self.panels, self._layout = opts, panels, layout
         self.fig.clear()
-        self.fig.set_layout_engine("constrained")
         self.fig.set_facecolor(THEMES[opts.theme]["figure.facecolor"])
-        ncols = min(self.columns, len(opts.panels))
-        axes = self.fig.subplots(-(-len(opts.panels) // ncols), ncols, squeeze=False).ravel()
-        for ax in axes[len(opts.panels):]:
-            ax.set_visible(False)
-        self._data = [draw_data(ax, p, frame, evals, opts) for ax, p in zip(axes, opts.panels)]
-        for ax, panel in zip(axes, opts.panels):
-            decorate(ax, panel, frame, evals, opts)
-        self._labels = [_labels(a) for a in self._data]
-        axes[0].callbacks.connect("xlim_changed", self._view_changed)
+        ncols = max(1, min(self.columns, len(panels)))
+        nrows = max(1, -(-len(panels) // ncols))
+        self._resize(nrows)
+        self.fig.set_layout_engine("constrained")
+        self.axes = panel_axes(self.fig, len(panels), ncols)
+        self.artists = []
+        for ax, panel, panel_specs_ in zip(self.axes, panels, specs):
+            self.artists.append({s.key: make_artist(ax, s) for s in panel_specs_})
+            decorate(ax, panel, panel_specs_, opts, x)
+        figure_legend(self.fig, self.axes)
+        if not panels:
+            self.fig.text(0.5, 0.5, "no metrics logged yet", ha="center", va="center", fontsize=13,
+                          color=FOREGROUND[opts.theme])
+        if self.axes:
+            self.axes[0].callbacks.connect("xlim_changed", self._view_changed)
         self._set = []
         self._fit_limits()
         self._full_draw()
         self.fig.set_layout_engine("none")  # laid out once: later draws skip the layout pass
         return "full"
 
+    def _resize(self, nrows: int) -> None:
+        width = self.fig.get_figwidth()
+        height = 0.55 + 2.75 * nrows
+        if abs(self.fig.get_figheight() - height) > 1e-6:
+            self.fig.set_size_inches(width, height, forward=False)
+            if hasattr(self.canvas, "_size"):  # ipympl: the browser's canvas follows this size
+                self.canvas._size = tuple(self.fig.bbox.size)
+                self.canvas.manager.resize(*self.fig.bbox.size)
+
     def _full_draw(self) -> None:
-        for artists in self._data:
-            for artist in artists:
-                artist.set_animated(True)  # left out of the background, drawn over it
+        for artist in self._all_artists():
+            artist.set_animated(True)  # left out of the background, drawn over it
         self.canvas.draw()  # _on_draw caches the background and draws the data
         self.full_draws += 1
 
-    def _on_draw(self, _event: Any) -> None:
-        """After any full draw (ours, or the toolbar's zoom): cache the background, draw the data."""
-        with self._lock:
-            self._background = self.canvas.copy_from_bbox(self.fig.bbox)
-            self._draw_data()
+    def _all_artists(self) -> list[Any]:
+        return [a for artists in self.artists for a in artists.values()]
 
-    def _draw_data(self) -> None:
-        for ax, artists in zip(self.fig.axes, self._data):
-            for artist in artists:
-                ax.draw_artist(artist)
+    def _on_draw(self, _event: Any) -> None:
+        """After any full draw (ours, or the toolbar's zoom or pan): the axes alone are the
+        background; the data's final part is drawn into it and cached, then the rest over it."""
+        with self._lock:
+            self._background = None
+            self._drawn = {}
+            self._draw_new(full=True)
+
+    def _draw_new(self, full: bool = False) -> bool:
+        """Draw what is new since the cached background (everything after a full draw): the final
+        points into the background, which is then cached again, the rest over it; False when an
+        artist's drawn points changed (a full draw is needed)."""
+        renderer = self.canvas.get_renderer()
+        parts = []
+        for artist in self._all_artists():
+            kept = artist.reduce() if hasattr(artist, "reduce") else True
+            if not kept and not full:
+                return False
+            parts.append((artist, self._drawn.get(id(artist), 0), getattr(artist, "final", None)))
+        if self._background is not None:
+            self.canvas.restore_region(self._background)
+        _draw_parts(renderer, [(a, drawn, final) for a, drawn, final in parts if final is not None and final > drawn])
+        for artist, drawn, final in parts:
+            self._drawn[id(artist)] = max(drawn, final or 0)
+        self._background = self.canvas.copy_from_bbox(self.fig.bbox)
+        _draw_parts(renderer, [(a, final, None) for a, _, final in parts if final is not None])
+        for artist, _, final in parts:
+            if final is None and artist.get_visible():  # evals, names: few points, drawn whole each time
+                artist.axes.draw_artist(artist)
+        if not full:
+            self.canvas.blit(self.fig.bbox)
+        return True
 
     # --- limits ----------------------------------------------------------------------------------
-    def _view_changed(self, ax: Any) -> None:
+    def _view_changed(self, _ax: Any) -> None:
         if self.on_view is not None and not self._fitting:
-            self.on_view(ax)
+            self.on_view()
 
     def _fit_limits(self) -> bool:
-        """Give each axis the user has not zoomed limits with headroom when its data left them;
-        returns whether any changed."""
+        """Give each axis the user has not zoomed limits that hold its data; whether any changed."""
         self._fitting = True
         try:
             changed = self._refit()
         finally:
             self._fitting = False
-        if self.fig.axes:
-            self._view_changed(self.fig.axes[0])
+        if self.on_view is not None:
+            self.on_view()
         return changed
 
     def _refit(self) -> bool:
+        if not self.axes:
+            return False
+        if len(self._set) != len(self.axes):
+            self._set = [((np.nan, np.nan), (np.nan, np.nan))] * len(self.axes)
+        spans = [data_span(ax, artists.values()) for ax, artists in zip(self.axes, self.artists)]
+        found = [s for s in spans if s is not None]
+        if not found:
+            return False
+        x_span = (min(s[0][0] for s in found), max(s[0][1] for s in found))
         changed = False
-        visible = [ax for ax in self.fig.axes if ax.get_visible()]
-        if len(self._set) != len(visible):
-            self._set = [((np.nan, np.nan), (np.nan, np.nan))] * len(visible)
-        for i, (ax, artists) in enumerate(zip(visible, self._data)):
-            now = (ax.get_xlim(), ax.get_ylim())
-            if self._set[i][0][0] == self._set[i][0][0] and now != self._set[i]:
-                continue  # the user zoomed or panned this axis: leave it
-            span = data_span(ax, artists)
-            if span is None:
-                continue
-            if not _fits(now, span) or self._set[i][0][0] != self._set[i][0][0]:
-                wanted = with_headroom(span, ax.get_yscale() == "log")
-                ax.set_xlim(wanted[0])
-                ax.set_ylim(wanted[1])
-                self._set[i] = (ax.get_xlim(), ax.get_ylim())
+        first = self._set[0][0][0] != self._set[0][0][0]  # laid out just now: limits from the data
+        x_now = self.axes[0].get_xlim()
+        if first or (not self._user_moved(x_now, self._set[0][0], x_span) and not _x_fits(x_now, x_span, self.live)):
+            self.axes[0].set_xlim(*x_limits(x_span, self.live))
+            changed = True
+        if first or changed or x_now == self._set[0][0]:
+            x_set = self.axes[0].get_xlim()
+        else:
+            x_set = self._set[0][0]  # the user's zoom stays a zoom
+        for i, (ax, span) in enumerate(zip(self.axes, spans)):
+            y_now = ax.get_ylim()
+            log_y = ax.get_yscale() == "log"
+            y_set = self._set[i][1]
+            if span is not None and (first or (not self._user_moved(y_now, y_set, span[1])
+                                               and not _y_fits(y_now, span[1], log_y))):
+                ax.set_ylim(*y_limits(span[1], log_y))
                 changed = True
+                y_set = ax.get_ylim()
+            elif first or y_now == y_set:
+                y_set = y_now
+            self._set[i] = (x_set, y_set)
         return changed
 
+    @staticmethod
+    def _user_moved(now: tuple[float, float], set_: tuple[float, float], span: tuple[float, float]) -> bool:
+        """The user zoomed or panned this axis: its limits are not the last ones set here, and they
+        cut the data (zooming out past the data counts as showing all of it, which then follows it)."""
+        if set_[0] != set_[0] or now == set_:
+            return False
+        return now[0] > span[0] or now[1] < span[1]
+
     def zoomed(self) -> list[bool]:
-        """Per axis: whether the user zoomed or panned it (its limits are not the ones set here)."""
-        visible = [ax for ax in self.fig.axes if ax.get_visible()]
-        return [(ax.get_xlim(), ax.get_ylim()) != limits for ax, limits in zip(visible, self._set)]
+        """Per panel: whether the user zoomed or panned it (its limits are not the ones set here)."""
+        return [(ax.get_xlim(), ax.get_ylim()) != limits for ax, limits in zip(self.axes, self._set)]
+
+    def view_range(self) -> ViewRange:
+        """The x range of the data and the part of it shown (data extent, never axis limits)."""
+        axis = self._layout[1] if self._layout else "step"
+        extent = self.data.extent(axis)
+        if not self.axes or extent is None:
+            return ViewRange(axis, None, extent, False)
+        low, high = sorted(self.axes[0].get_xlim())
+        shown = (max(low, extent[0]), min(high, extent[1]))
+        zoomed = low > extent[0] or high < extent[1]
+        return ViewRange(axis, shown if shown[0] <= shown[1] else None, extent, zoomed)
 
     def png(self) -> bytes:
         import io
@@ -206,69 +314,144 @@ class LiveFigure:
             self.fig.savefig(out, format="png", dpi=self.fig.dpi)
         return out.getvalue()
 
+    def last_x(self) -> dict[str, float]:
+        """Per drawn line (its label): the last x of its full data (what a test checks against the
+        progress line)."""
+        found = {}
+        for artist in self._all_artists():
+            full = getattr(artist, "full_x", None)
+            if full is not None and len(full):
+                found[str(artist.get_gid() or artist.get_label())] = float(full[-1])
+        return found
 
-def with_options(opts: PlotOptions | None, **changes: Any) -> PlotOptions:
-    return replace(opts or PlotOptions(panels=PANELS), **changes)
+
+def _draw_parts(renderer: Any, parts: list[tuple[Any, int, int | None]]) -> None:
+    """Draw parts of M4 artists (artist, start, stop), in their order: per panel one LineCollection
+    for the lines and the bands' polygons, one call each (a Line2D draw costs ~1 ms of set-up)."""
+    from matplotlib.collections import LineCollection, PolyCollection
+    from matplotlib.colors import to_rgba
+
+    by_axes: dict[Any, tuple[list[Any], list[Any]]] = {}
+    for artist, start, stop in parts:
+        if not artist.get_visible() or artist.axes is None:
+            continue
+        lines, bands = by_axes.setdefault(artist.axes, ([], []))
+        (bands if isinstance(artist, M4Band) else lines).append((artist, artist.part(start, stop)))
+    for ax, (lines, bands) in by_axes.items():
+        for band, verts in bands:
+            poly = PolyCollection([verts], facecolors=band.get_facecolor(), edgecolors="none", linewidths=0)
+            _draw_in(poly, ax, renderer)
+        if lines:
+            coll = LineCollection([xy for _, xy in lines],
+                                  colors=[to_rgba(a.get_color(), a.get_alpha()) for a, _ in lines],
+                                  linewidths=[a.get_linewidth() for a, _ in lines],
+                                  linestyles=[a.get_linestyle() for a, _ in lines], capstyle="butt",
+                                  joinstyle="round")
+            _draw_in(coll, ax, renderer)
 
 
-def _labels(artists: list[Any]) -> tuple[str, ...]:
-    return tuple(str(a.get_label()) for a in artists if not str(a.get_label()).startswith("_"))
+def _draw_in(collection: Any, ax: Any, renderer: Any) -> None:
+    collection.set_transform(ax.transData)
+    collection.set_figure(ax.figure)
+    collection.axes = ax
+    collection.set_clip_box(ax.bbox)
+    collection.draw(renderer)
 
 
-def data_span(ax: Any, artists: list[Any]) -> Limits | None:
-    """The x and y range of the artists' data (finite values; positive ones on a log axis)."""
-    xs, ys = [], []
+def data_span(ax: Any, artists: Any) -> Limits | None:
+    """The x and y range of the artists' full data (finite values; positive ones on a log axis)."""
+    log_y = ax.get_yscale() == "log"
+    boxes = []
     for artist in artists:
-        if hasattr(artist, "get_xdata"):
-            xs.append(np.asarray(artist.get_xdata(), float))
-            ys.append(np.asarray(artist.get_ydata(), float))
-        elif hasattr(artist, "get_datalim"):
-            box = artist.get_datalim(ax.transData)
-            xs.append(np.array([box.x0, box.x1]))
-            ys.append(np.array([box.y0, box.y1]))
-    x = np.concatenate(xs) if xs else np.array([])
-    y = np.concatenate(ys) if ys else np.array([])
-    x, y = x[np.isfinite(x)], y[np.isfinite(y)]
-    if ax.get_yscale() == "log":
-        y = y[y > 0]
-    if not x.size or not y.size:
+        bounds = getattr(artist, "bounds", None)
+        if bounds is None and hasattr(artist, "get_xdata") and not hasattr(artist, "full_x"):
+            bounds = _bounds_of(np.asarray(artist.get_xdata(), float), np.asarray(artist.get_ydata(), float))
+        if bounds is not None:
+            boxes.append((bounds[0], bounds[1], bounds[4] if log_y else bounds[2], bounds[3]))
+    boxes = [b for b in boxes if all(np.isfinite(b))]
+    if not boxes:
         return None
-    return (float(x.min()), float(x.max())), (float(y.min()), float(y.max()))
+    return ((min(b[0] for b in boxes), max(b[1] for b in boxes)), (min(b[2] for b in boxes), max(b[3] for b in boxes)))
 
 
-def with_headroom(span: Limits, log_y: bool) -> Limits:
-    """x: 25% past the data (fewer full draws while a run grows), 2% before it; y: 8% padding."""
-    (x0, x1), (y0, y1) = span
+def _bounds_of(x: np.ndarray, y: np.ndarray) -> tuple[float, ...] | None:
+    ok = np.isfinite(x) & np.isfinite(y)
+    x, y = x[ok], y[ok]
+    if not len(x):
+        return None
+    positive = y[y > 0]
+    return (float(x.min()), float(x.max()), float(y.min()), float(y.max()),
+            float(positive.min()) if len(positive) else float("nan"))
+
+
+def x_limits(span: tuple[float, float], live: bool) -> tuple[float, float]:
+    """x: 2% before the data; past it LIVE_HEADROOM while the run goes, else 2%."""
+    x0, x1 = span
     width = max(x1 - x0, 1.0)
-    x_lo, x_hi = x0 - 0.02 * width, x0 + 1.25 * width
+    return x0 - 0.02 * width, x1 + (LIVE_HEADROOM if live else 0.02) * width
+
+
+def y_limits(span: tuple[float, float], log_y: bool) -> tuple[float, float]:
+    y0, y1 = span
     if log_y:
-        return (x_lo, x_hi), (y0 / 1.25, y1 * 1.25)
-    pad = (y1 - y0) * 0.08 or max(abs(y1) * 0.05, 1e-6)
-    return (x_lo, x_hi), (y0 - pad, y1 + pad)
+        return y0 / 1.25, y1 * 1.25
+    pad = (y1 - y0) * 0.06
+    if pad <= abs(y1) * 1e-6:  # flat (up to rounding): a band around it
+        pad = max(abs(y1) * 0.05, 1e-9)
+    return y0 - pad, y1 + pad
 
 
-def _fits(now: Limits, span: Limits) -> bool:
-    (xl, xh), (yl, yh) = now
-    (x0, x1), (y0, y1) = span
-    inside = xl <= x0 and x1 <= xh and yl <= y0 and y1 <= yh
-    too_loose = (yh - yl) > 1.8 * max(y1 - y0, 1e-12) * 1.16 and (y1 - y0) > 0
-    return inside and not too_loose
+def _x_fits(now: tuple[float, float], span: tuple[float, float], live: bool) -> bool:
+    low, high = now
+    width = max(span[1] - span[0], 1.0)
+    inside = low <= span[0] and span[1] <= high
+    loose = (high - span[1]) > (LIVE_HEADROOM * 1.5 if live else 0.05) * width
+    return inside and not loose
 
 
-def nearest_point(ax: Any, artists: list[Any], x_px: float, y_px: float, radius_px: float = 25.0) -> str:
-    """"rank 3 · step 1,200 · 0.532": the labelled data point nearest the cursor ("" if none near)."""
-    best: tuple[float, str] = (radius_px**2, "")
+def _y_fits(now: tuple[float, float], span: tuple[float, float], log_y: bool) -> bool:
+    """The data is inside, and takes a fair part of the height (else refit: it shrank a lot)."""
+    low, high = now
+    inside = low <= span[0] and span[1] <= high
+    want_low, want_high = y_limits(span, log_y)
+    if log_y:
+        return inside and np.log(high / max(low, 1e-300)) < 1.6 * np.log(want_high / max(want_low, 1e-300))
+    return inside and (high - low) < 1.6 * (want_high - want_low)
+
+
+def values_at(ax: Any, artists: Any, x: float) -> tuple[float | None, list[tuple[str, str]]]:
+    """Every labelled series of a panel at x (the point at or before it; a band: its min-max): the
+    x found and (label, value) pairs, a smoothed series' raw value beside its own."""
+    found: list[tuple[str, str]] = []
+    at: float | None = None
     for artist in artists:
-        label = str(artist.get_gid() or artist.get_label())  # an outlier rank's line: named by its gid
+        label = str(artist.get_gid() or artist.get_label())
+        if hasattr(artist, "full"):  # the band
+            bx, low, high = artist.full
+            i = _index_at(bx, x)
+            if i is not None:
+                found.append((label.replace("min-max of ", "min–max, "), f"{low[i]:.4g} – {high[i]:.4g}"))
+            continue
         if label.startswith("_") or not hasattr(artist, "get_xdata"):
             continue
-        x = np.asarray(artist.get_xdata(), float)
-        y = np.asarray(artist.get_ydata(), float)
-        if not x.size:
+        xs: Any = getattr(artist, "full_x", None)
+        ys: Any = getattr(artist, "full_y", None)
+        if xs is None:
+            xs, ys = np.asarray(artist.get_xdata(), float), np.asarray(artist.get_ydata(), float)
+        i = _index_at(xs, x)
+        if i is None:
             continue
-        points = ax.transData.transform(np.column_stack([x, y]))
-        d2 = (points[:, 0] - x_px) ** 2 + (points[:, 1] - y_px) ** 2
-        i = int(np.nanargmin(d2)) if np.isfinite(d2).any() else -1
-        if i >= 0 and d2[i] < best[0]:
-            best = (float(d2[i]), f"{label} · {ax.get_xlabel() or 'x'} {x[i]:,.6g} · {y[i]:.5g}")
-    return best[1]
+        at = float(xs[i]) if at is None else at
+        text = f"{ys[i]:.4g}"
+        raw: Any = getattr(artist, "full_raw", None)
+        if raw is not None and np.isfinite(raw[i]):
+            text += f" (raw {raw[i]:.4g})"
+        found.append((label, text))
+    return at, found
+
+
+def _index_at(xs: np.ndarray, x: float) -> int | None:
+    """The last point at or before x (the first one when x is before them all); None if no points."""
+    if not len(xs):
+        return None
+    return int(min(max(np.searchsorted(xs, x, "right") - 1, 0), len(xs) - 1))

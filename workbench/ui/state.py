@@ -4,16 +4,23 @@ Every number comes from the Run handle: `Run.status()` (run and rank states, the
 has reached, progress, rate and ETA: workbench.launch.status), its one metrics reader
 (`Run.metric_frames`, which reads only what was appended since the last poll) and `Run.health()`.
 `dashboard_state` is a pure function of those; `read_state` does the reading.
+
+One clock: a refresh polls the metrics once (inside `Run.status()`), and the status line, the badges,
+the progress line, the curves and the range line all show that one snapshot.  A rank's step is the
+last step it logged in the snapshot (its heartbeat may run a few steps ahead of its records), so the
+curves end where the badges and the progress line say.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from workbench.launch.status import RunStatus, format_eta  # noqa: F401 - format_eta: re-exported
+from workbench.results.series import MetricData
 
 if TYPE_CHECKING:
     from workbench.launch.run import RankFailure, Run
@@ -53,8 +60,8 @@ class DashboardState:
     failure: str = ""
     """The failing rank, its exception and traceback ("" unless the run failed)."""
     failed_rank: int | None = None
-    frame: pd.DataFrame = field(default_factory=pd.DataFrame)
-    """Metrics of every rank, at most max_points rows per rank (evenly spaced, last row kept)."""
+    data: MetricData = field(default_factory=lambda: MetricData({}))
+    """Every rank's metrics in this snapshot (all rows; drawing reduces them per pixel column)."""
     records: int = 0
     """Metric records read so far (every rank)."""
     health: dict[str, Any] = field(default_factory=dict)
@@ -68,11 +75,22 @@ class DashboardState:
     earlier_failures: list[str] = field(default_factory=list)
     """Failures of attempts that were restarted (launch.max_restarts), each with its traceback's end."""
 
+    @property
+    def frame(self) -> pd.DataFrame:
+        """The snapshot's metrics as one DataFrame (one row per rank and step, sorted by step, rank)."""
+        parts = [pd.DataFrame(cols) for _, cols in sorted(self.data.ranks.items())]
+        if not parts:
+            return pd.DataFrame()
+        return pd.concat(parts, ignore_index=True).sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
+
 
 # --- the state -------------------------------------------------------------------------------------
 def dashboard_state(status: RunStatus, failure: RankFailure | None = None, job_done: bool = True,
-                    frame: pd.DataFrame | None = None, records: int = 0) -> DashboardState:
-    """Pure: what to show, from the run's status (steps, rate, ranks) and its first failure."""
+                    data: MetricData | None = None) -> DashboardState:
+    """Pure: what to show, from the run's status (steps, rate, ranks), its first failure and the
+    metrics of the same snapshot (whose last logged steps are the ranks' steps)."""
+    if data is not None:
+        status = on_data_clock(status, data)
     badges = [Badge(r.rank, r.state, r.step, r.heartbeat_age_s, r.silent, BADGE_COLOURS.get(r.state, "#555"),
                     r.stalled) for r in status.ranks]
     failed = status.state == "failed"
@@ -80,7 +98,18 @@ def dashboard_state(status: RunStatus, failure: RankFailure | None = None, job_d
         status.state, status.done and job_done, status.step, status.total_steps, status.progress, status.eta_s,
         status.steps_per_s, badges, failure_text(failure) if failed else "",
         failure.rank if failure is not None and failed else None,
-        frame if frame is not None else pd.DataFrame(), records, line=status.progress_line())
+        data if data is not None else MetricData({}), status.records, line=status.progress_line())
+
+
+def on_data_clock(status: RunStatus, data: MetricData) -> RunStatus:
+    """The status with each rank's step the last one it logged in `data` (ranks that logged nothing
+    keep their heartbeat's step), and the run's step the slowest rank's: the progress line, the
+    badges and the curves then tell the same time."""
+    logged = data.last_steps()
+    if not logged:
+        return status
+    ranks = [dataclasses.replace(r, step=logged.get(r.rank, r.step)) for r in status.ranks]
+    return dataclasses.replace(status, ranks=ranks, step=min((r.step for r in ranks), default=status.step))
 
 
 def failure_text(failure: RankFailure | None) -> str:
@@ -89,16 +118,19 @@ def failure_text(failure: RankFailure | None) -> str:
     return f"{failure}\n\n{failure.traceback.rstrip()}"
 
 
-def read_state(run: Run, max_points: int) -> DashboardState:
-    """Poll the run's files once (through the Run's own readers) and compute the state."""
-    status = run.status()
+def read_state(run: Run, max_points: int | None = None) -> DashboardState:
+    """Poll the run's files once (through the Run's own readers) and compute the state.  (max_points
+    is no longer used: every logged point is kept, and drawing reduces them per pixel column.)"""
+    status = run.status()  # the one poll of the metrics in this refresh
     failure = run.exception(status) if status.state == "failed" else None
-    frame = run.metrics(max_points)  # the Run's one reader, plus wall_time, elapsed_s and samples
-    state = dashboard_state(status, failure, run.job_done(), frame, run.metric_frames.records)
-    state.evals = run.evals()
+    evals = run.evals()
+    data = MetricData.from_run(run, evals)  # what that poll read: no second poll
+    state = dashboard_state(status, failure, run.job_done(), data)
+    state.evals = evals
     state.health = run.health(status)  # the status just read: no second pass over the files
     state.stacks = run.stacks() if state.health["stalled_ranks"] else {}
-    state.earlier_failures = earlier_failures(run.failures(), failure)
+    # restarted attempts' failures (Run.failures() reads the run again: only when there are some)
+    state.earlier_failures = earlier_failures(run.failures(), failure) if run.dir.archived_errors() else []
     return state
 
 

@@ -1,0 +1,221 @@
+"""What a run's figure shows, as data: which panels (only those with data, named after the metrics the
+job logged) and, per panel, the series to draw (``Spec``: full x and y, style, label).
+
+Pure numpy over ``MetricData``; ``workbench.results.plots`` turns specs into matplotlib artists (the
+static figure) and ``workbench.ui.render`` keeps them up to date (the live one).  Smoothing and the
+median band are computed on the full series here, before any reduction for drawing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from workbench.results.series import BOOKKEEPING, Band, BandCache, MetricData, Smoother, point_weight
+
+BAND_ABOVE_RANKS = 8
+"""With more ranks than this, a panel draws the median and a min-max band, plus the outlier ranks."""
+LOSS_NAMES = ("loss", "train_loss", "train/loss", "training_loss", "loss_step", "train_loss_step")
+"""The training loss, by the names jobs log it under (the first one found is drawn)."""
+EVAL_PREFIXES = ("val_", "val/", "eval_", "eval/", "test_", "valid_", "validation_")
+KNOWN = {"lr": "learning rate (lr)", "step_time_s": "step time (s)", "samples_per_s": "samples/s per rank",
+         "mem_mb": "peak memory (MiB)"}
+SMOOTHED = ("step_time_s", "samples_per_s")
+"""Panels besides the loss whose series are smoothed (noisy per step)."""
+HIDDEN = BOOKKEEPING | {"loss_reduced", "data_time_s", "compute_s", "comm_wait_s", "comm_busy_s", "grad_norm_sync"}
+MAX_PANELS = 9
+RAW_ALPHA = 0.25
+
+
+@dataclass(frozen=True)
+class Panel:
+    key: str
+    """"loss", "val", a KNOWN column, or another logged metric's name."""
+    columns: tuple[str, ...]
+    title: str
+    smooth: bool = False
+    log_able: bool = False
+    """Log-y applies (loss-like values)."""
+
+
+@dataclass
+class Spec:
+    """One series to draw: its full data, how, and what the legend and the hover call it."""
+
+    key: str
+    kind: str
+    """"line" (reduced for drawing), "band" (y low, y2 high), "points" (evals: every point) or "note"."""
+    x: np.ndarray
+    y: np.ndarray
+    label: str
+    style: dict[str, Any] = field(default_factory=dict)
+    y2: np.ndarray | None = None
+    raw: np.ndarray | None = None
+    """For a smoothed line: the raw values, which the hover gives too."""
+    stable: int | None = None
+    """Leading points that cannot change any more (None: all)."""
+
+
+@dataclass
+class Views:
+    """The caches a live figure keeps between refreshes (a static figure uses a fresh one)."""
+
+    smoother: Smoother = field(default_factory=Smoother)
+    bands: BandCache = field(default_factory=BandCache)
+
+
+def loss_column(data: MetricData) -> str | None:
+    """The training loss the job logged: loss, train_loss, ... or another column ending in "loss"."""
+    names = data.columns()
+    for name in LOSS_NAMES:
+        if name in names and data.has(name):
+            return name
+    for name in names:
+        if name.endswith("loss") and not name.startswith(EVAL_PREFIXES) and name not in HIDDEN and data.has(name):
+            return name
+    return None
+
+
+def eval_columns(data: MetricData) -> tuple[list[str], list[str]]:
+    """(columns of the eval events, eval-like columns in the metrics records: val_loss logged by a
+    Lightning or Accelerate job)."""
+    evals = data.evals
+    events = [] if evals is None or not len(evals) else [
+        str(c) for c in evals.columns if str(c).startswith(EVAL_PREFIXES) and evals[c].notna().any()
+        and evals[c].dtype.kind in "biuf"]
+    logged = [c for c in data.columns() if c.startswith(EVAL_PREFIXES) and c not in events and data.has(c)]
+    return events, logged
+
+
+def choose_panels(data: MetricData, wanted: tuple[str, ...] | None = None) -> list[Panel]:
+    """The panels with data, in reading order: loss, validation, lr, step time, throughput, memory,
+    then any other metric the job logged.  `wanted` limits them to those keys (or metric names)."""
+    panels = []
+    loss = loss_column(data)
+    if loss is not None:
+        panels.append(Panel("loss", (loss,), f"training loss · {loss}", smooth=True, log_able=True))
+    events, logged = eval_columns(data)
+    if events or logged:
+        names = [*events, *logged]
+        title = "validation · " + ", ".join(names[:3]) + ("…" if len(names) > 3 else "")
+        panels.append(Panel("val", tuple(names), title, log_able=True))
+    for column, title in KNOWN.items():
+        if data.has(column):
+            panels.append(Panel(column, (column,), title, smooth=column in SMOOTHED))
+    taken = {c for p in panels for c in p.columns} | HIDDEN
+    for name in data.columns():
+        if name not in taken and not name.startswith(EVAL_PREFIXES) and data.has(name):
+            panels.append(Panel(name, (name,), name, smooth=True, log_able=name.endswith("loss")))
+    if wanted is not None:
+        panels = [p for p in panels if p.key in wanted or set(p.columns) & set(wanted)]
+    return panels[:MAX_PANELS]
+
+
+def panel_specs(panel: Panel, data: MetricData, x: str, opts: Any, views: Views, theme_fg: str) -> list[Spec]:
+    """Every series `panel` draws, from the full data (`opts`: PlotOptions)."""
+    if panel.key == "val":
+        return _eval_specs(panel, data, x)
+    ranks = [r for r in sorted(data.ranks) if opts.ranks is None or r in opts.ranks]
+    column = panel.columns[0]
+    ranks = [r for r in ranks if column in data.ranks[r]]
+    if not ranks:
+        return []
+    weight = opts.smooth if panel.smooth else 0.0
+    if panel.key == "lr":
+        r = ranks[0]
+        return [Spec("lr", "line", data.x(r, x), np.asarray(data.ranks[r]["lr"], float), "lr (every rank)",
+                     {"color": theme_fg, "lw": 1.3})]
+    if len(ranks) > BAND_ABOVE_RANKS:
+        specs = _band_specs(panel, data, ranks, x, weight, views, theme_fg)
+    else:
+        specs = []
+        for r in ranks:
+            specs += _line_specs(f"{panel.key}/rank {r}", data.x(r, x), np.asarray(data.ranks[r][column], float),
+                                 f"rank {r}", {"color": rank_colour(r)}, weight, views)
+    if panel.key == "loss" and len(data.ranks) > 1:
+        specs += _reduced_specs(panel, data, ranks, x, weight, views, theme_fg)
+    return specs
+
+
+def _line_specs(key: str, x: np.ndarray, y: np.ndarray, label: str, style: dict[str, Any], weight: float,
+                views: Views, stable: int | None = None, gid: str | None = None) -> list[Spec]:
+    """The series, smoothed when asked with the raw one faint behind it."""
+    if weight <= 0:
+        return [Spec(key, "line", x, y, label, {"lw": 1.3, **style, "gid": gid}, stable=stable)]
+    smooth = views.smoother(key, y, point_weight(weight, len(y)), stable)
+    return [Spec(key + "/raw", "line", x, y, "_raw " + label, {"lw": 0.8, "alpha": RAW_ALPHA, **style}, stable=stable),
+            Spec(key, "line", x, smooth, label, {"lw": 1.4, **style, "gid": gid}, raw=y, stable=stable)]
+
+
+def _band_specs(panel: Panel, data: MetricData, ranks: list[int], x: str, weight: float, views: Views,
+                fg: str) -> list[Spec]:
+    column = panel.columns[0]
+    shown = MetricData({r: data.ranks[r] for r in ranks}, samples_per_step=data.samples_per_step,
+                       origin=data.origin_time() if x == "elapsed_s" else data.origin)
+    band: Band = views.bands(shown, column, x) if set(ranks) == set(data.ranks) else BandCache()(shown, column, x)
+    specs = [Spec(f"{panel.key}/band", "band", band.x, band.low, f"min-max of {len(ranks)} ranks",
+                  {"color": "#888", "alpha": 0.3, "lw": 0}, y2=band.high, stable=band.stable)]
+    specs += _line_specs(f"{panel.key}/median", band.x, band.median, "median", {"color": fg}, weight, views,
+                         stable=band.stable)
+    for r in band.outliers:  # named at their line's end, not in the legend (which then stays put)
+        specs += _line_specs(f"{panel.key}/rank {r}", data.x(r, x), np.asarray(data.ranks[r][column], float),
+                             f"_outlier rank {r}", {"color": rank_colour(r)}, weight, views, gid=f"rank {r}")
+        specs.append(Spec(f"{panel.key}/name {r}", "note", data.x(r, x), np.asarray(data.ranks[r][column], float),
+                          f"rank {r}", {"color": rank_colour(r)}))
+    return specs
+
+
+def _reduced_specs(panel: Panel, data: MetricData, ranks: list[int], x: str, weight: float, views: Views,
+                   fg: str) -> list[Spec]:
+    """The loss reduced across ranks: loss_reduced as the lowest rank logged it (every rank logs the
+    same value), else the mean of the ranks' losses per step."""
+    first = min(data.ranks)
+    cols = data.ranks[first]
+    style = {"color": fg, "ls": "--"}
+    if "loss_reduced" in cols and np.isfinite(np.asarray(cols["loss_reduced"], float)).any():
+        return _line_specs("loss/reduced", data.x(first, x), np.asarray(cols["loss_reduced"], float),
+                           "reduced (all ranks)", style, weight, views)
+    band = views.bands(data, panel.columns[0], x)
+    return _line_specs("loss/reduced", band.x, band.mean, "mean of the ranks", style, weight, views, stable=band.stable)
+
+
+def _eval_specs(panel: Panel, data: MetricData, x: str) -> list[Spec]:
+    specs = []
+    evals = data.evals
+    for i, column in enumerate(panel.columns[:6]):
+        colour = EVAL_COLOURS[i % len(EVAL_COLOURS)]
+        if evals is not None and column in evals:
+            axis = x if x in evals else "step"
+            rows = evals[[axis, column]].dropna()
+            xs, ys = rows[axis].to_numpy(float), rows[column].to_numpy(float)
+        else:  # logged in the metrics records: the lowest rank's
+            rank = min(r for r, c in data.ranks.items() if column in c)
+            xs, ys = data.x(rank, x), np.asarray(data.ranks[rank][column], float)
+            ok = np.isfinite(ys)
+            xs, ys = xs[ok], ys[ok]
+        specs.append(Spec(f"val/{column}", "points", xs, ys, column,
+                          {"color": colour, "marker": "o", "ms": 3.5, "lw": 1.3}))
+    return specs
+
+
+RANK_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+                "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd")
+EVAL_COLOURS = ("#00897b", "#c2185b", "#5d4037", "#512da8", "#f9a825", "#455a64")
+"""Eval metrics' colours: apart from the ranks' (a val line is not a rank)."""
+
+
+def rank_colour(rank: int) -> str:
+    """The colour of rank `rank` everywhere: lines, badges, logs."""
+    return RANK_COLOURS[int(rank) % len(RANK_COLOURS)]
+
+
+def spans_a_decade(specs: list[Spec]) -> bool:
+    """Whether the panel's values (all positive) span more than a factor of 10: log-y reads better."""
+    lows, highs = [], []
+    for spec in specs:
+        if spec.kind in ("line", "points") and len(spec.y) and np.isfinite(spec.y).any():
+            lows.append(float(np.nanmin(spec.y)))
+            highs.append(float(np.nanmax(spec.y)))
+    return bool(lows) and min(lows) > 0 and max(highs) > 10 * min(lows)
