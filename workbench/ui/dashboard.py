@@ -32,16 +32,15 @@ LOG_EVERY_S = 2.0
 class Dashboard:
     """Live widgets for `run`; `refresh()` updates once, the poller thread keeps them current."""
 
-    def __init__(self, run: Run, poll_s: float = 1.0, max_points: int | None = None, autostart: bool = True):
+    def __init__(self, run: Run, poll_s: float = 1.0, autostart: bool = True, **plot_options: Any):
         self.run, self.poll_s = run, poll_s
-        self.max_points = max_points or points_per_rank(run.world_size)
-        self.plot = MetricsPlot(max_points=self.max_points)
+        self.plot = MetricsPlot(**plot_options)
         self.state: DashboardState | None = None
         self._callbacks: list[Callable[[DashboardState], None]] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._plot_version = -1
+        self._plot_version: tuple[int, bool] = (-1, False)
         self._log_read_at = 0.0
         self._build_widgets()
         if autostart:
@@ -73,7 +72,8 @@ class Dashboard:
         for fmt, button in self.downloads.items():
             button.on_click(lambda _b, fmt=fmt: self.download(fmt))
         self.download_link = w.HTML()
-        header = w.HBox([self.title, self.progress, self.eta, self.cancel_button])
+        header = w.HBox([self.title, self.progress, self.eta, self.cancel_button],
+                        layout=w.Layout(flex_flow="row wrap", align_items="center"))
         metrics = w.HBox([w.HTML("metrics:"), *self.downloads.values(), self.download_link],
                          layout=w.Layout(align_items="center"))
         self.widget = w.VBox([header, self.badges, self.health, self.plot.widget, metrics, self.failure,
@@ -123,7 +123,7 @@ class Dashboard:
     def refresh(self) -> DashboardState:
         """Read the run once and update every widget; returns the new state."""
         with self._lock:
-            state = read_state(self.run, self.max_points)
+            state = read_state(self.run)
             self._apply(state)
             self.state = state
         for callback in list(self._callbacks):
@@ -151,9 +151,10 @@ class Dashboard:
         self.badges.value = badges_html(state)
         self.health.value = health_html(state.health)
         self.stacks.value = stacks_html(state.stacks)
-        if self.run.metric_frames.version != self._plot_version:
-            self.plot.show(state.frame, state.evals)
-            self._plot_version = self.run.metric_frames.version
+        drawn = (state.data.version, state.done)
+        if drawn != self._plot_version:  # the snapshot's own data: the curves end where the badges say
+            self.plot.show(state.data, state.evals, live=not state.done)
+            self._plot_version = drawn
         self._show_failure(state)
         self.restarts.value = restarts_html(state.earlier_failures)
         self._show_log(force=state.done)
@@ -189,34 +190,51 @@ class Dashboard:
         self.log.value = log_html(self.run.logs(rank, tail_bytes=LOG_TAIL_BYTES), rank)
 
 
-POINTS_IN_VIEW = 16_000
-"""Rows the live view keeps over all ranks: a panel is ~330 px wide, and a refresh's cost (reading,
-the median band, drawing) grows with rows.  64 ranks get 300 points each; 2 ranks 2,000."""
-
-
-def points_per_rank(world_size: int) -> int:
-    return max(300, min(2000, POINTS_IN_VIEW // max(1, world_size)))
-
-
-DOWNLOAD_INLINE_BYTES = 20 * 2**20
-"""Files up to this size are offered as a link carrying the data; larger ones by their path only."""
-
-
 def download_html(path: Any) -> str:
-    """A link that downloads `path` from the browser (small files), and where it lies."""
-    import base64
+    """A link that downloads `path` through the Jupyter server this kernel belongs to (its /files/
+    URL: the file is served, not carried in the page), and where it lies."""
     from pathlib import Path
 
-    path = Path(path)
+    path = Path(path).resolve()
     size = path.stat().st_size
     where = f"<code>{html.escape(str(path))}</code> ({size / 2**20:.1f} MiB)"
-    if size > DOWNLOAD_INLINE_BYTES:
-        return f"<span style='color:var(--jp-ui-font-color1,#222)'>written to {where}</span>"
-    mime = "text/csv" if path.suffix == ".csv" else "application/octet-stream"
-    data = base64.b64encode(path.read_bytes()).decode()
-    return (f"<a class='wb-download' download='{html.escape(path.name)}' href='data:{mime};base64,{data}' "
+    url = files_url(path)
+    if url is None:
+        return (f"<span style='color:var(--jp-ui-font-color1,#222)'>written to {where} (outside the folder "
+                "the Jupyter server serves: open it from there)</span>")
+    return (f"<a class='wb-download' download='{html.escape(path.name)}' href='{html.escape(url)}' target='_blank' "
             f"style='color:var(--jp-content-link-color,#1976d2)'>download {html.escape(path.name)}</a> "
             f"<span style='color:var(--jp-ui-font-color1,#222)'>· {where}</span>")
+
+
+def files_url(path: Any) -> str | None:
+    """The URL under which the Jupyter server running this kernel serves `path` (base_url + files/ +
+    the path inside its root folder), or None when no such server is known or the file is outside
+    its root.  The server is found by its runtime file (jupyter --runtime-dir): the kernel's parent
+    process, else the only server whose root holds the file."""
+    import json
+    import os
+    from pathlib import Path
+    from urllib.parse import quote
+
+    try:
+        from jupyter_core.paths import jupyter_runtime_dir
+    except ImportError:
+        return None
+    servers = []
+    for info_file in Path(jupyter_runtime_dir()).glob("jpserver-*.json"):
+        try:
+            info = json.loads(info_file.read_text())
+            root = Path(info["root_dir"]).expanduser().resolve()
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if Path(path).is_relative_to(root):
+            servers.append((info.get("pid") == os.getppid(), info, root))
+    if not servers or (len(servers) > 1 and not any(mine for mine, _, _ in servers)):
+        return None
+    _, info, root = max(servers, key=lambda s: s[0])
+    base = str(info.get("base_url") or "/")
+    return base.rstrip("/") + "/files/" + quote(Path(path).relative_to(root).as_posix())
 
 
 def progress_text(state: DashboardState) -> str:
