@@ -48,16 +48,17 @@ def merge_measured(frame: pd.DataFrame, measured: pd.DataFrame | None) -> pd.Dat
 def table_html(frame: pd.DataFrame) -> str:
     """An HTML table; rows at the config's own world size carry class wb-selected and a highlight."""
     shown = [c for c in frame.columns if c != "selected"]
-    head = "".join(header_cell(c, "padding:2px 6px;text-align:right") for c in shown)
+    head = "".join(header_cell(c, "padding:2px 5px;text-align:right") for c in shown)
     rows = []
     for _, row in frame.iterrows():
         selected = bool(row.get("selected", False))
         attrs = f' class="wb-selected" style="{SELECTED_STYLE}"' if selected else ""
-        cells = "".join(f"<td style='padding:2px 6px;text-align:right;white-space:nowrap'>{_cell(c, row[c])}</td>"
+        cells = "".join(f"<td style='padding:2px 5px;text-align:right;white-space:nowrap'>{_cell(c, row[c])}</td>"
                         for c in shown)
         rows.append(f"<tr{attrs}>{cells}</tr>")
-    table = f"<table class='wb-scaling'><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
-    return scrolling(table)
+    body = "".join(rows)
+    return scrolling(f"<table class='wb-scaling' style='font-size:92%'><thead><tr>{head}</tr></thead>"
+                     f"<tbody>{body}</tbody></table>")
 
 
 def _cell(column: str, value: Any) -> str:

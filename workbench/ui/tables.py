@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import html
 
-SCROLL_STYLE = "width:0;min-width:100%;overflow-x:auto;line-height:1.3"
+_COVER = "var(--jp-layout-color0,#fff)"
+SCROLL_SHADOWS = (f"background:linear-gradient(to right,{_COVER} 30%,transparent) left/24px 100% no-repeat local,"
+                  f"linear-gradient(to left,{_COVER} 30%,transparent) right/24px 100% no-repeat local,"
+                  "radial-gradient(farthest-side at 0 50%,rgba(0,0,0,.3),transparent) left/10px 100% no-repeat scroll,"
+                  "radial-gradient(farthest-side at 100% 50%,rgba(0,0,0,.3),transparent) right/10px 100% no-repeat "
+                  "scroll")
+"""A shadow at an edge with more table behind it (scroll shadows: the covers move with the table, the
+shadows stay), so a cut column reads as "scroll for more" where scrollbars are hidden until used."""
+SCROLL_STYLE = f"width:0;min-width:100%;overflow-x:auto;line-height:1.3;{SCROLL_SHADOWS}"
 """width:0 keeps the table's width out of the widget's own (the widget's flex box would otherwise grow
 to the table and be cut off at the output's edge); min-width:100% then makes the box the widget's width."""
 
