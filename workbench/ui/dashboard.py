@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as w
 
 from workbench.results.plots import rank_colour
+from workbench.runfolder.rankstate import ACTIVE
 from workbench.ui.plotview import MetricsPlot
 from workbench.ui.state import DashboardState, read_state
 
@@ -246,10 +247,13 @@ def progress_text(state: DashboardState) -> str:
 def badges_html(state: DashboardState) -> str:
     spans = []
     for b in state.badges:
-        age = "" if b.heartbeat_age_s is None else f"{b.heartbeat_age_s:.0f}s ago"
+        # An age is true at the refresh that read it: shown while the rank is active (refreshed every
+        # poll), not on a rank that ended (the poller stops at the run's final state; "1s ago" would stay).
+        active = b.state in ACTIVE
+        age = "" if b.heartbeat_age_s is None or not active else f"{b.heartbeat_age_s:.0f}s ago"
         silent = " · ⚠ silent (no heartbeat: hung?)" if b.silent else ""
         silent += " · ‖ stalled" if b.stalled else ""
-        title = f"rank {b.rank}: {b.state} at step {b.step}, last heartbeat {age or 'never'}"
+        title = f"rank {b.rank}: {b.state} at step {b.step}" + (f", last heartbeat {age or 'never'}" if active else "")
         spans.append(  # background: the state's colour; left edge: the rank's line colour in the plots
             f'<span class="wb-badge wb-{html.escape(b.state)}" title="{html.escape(title)}" '
             f'style="background:{b.colour};color:white;border-radius:4px;padding:2px 6px;margin:0 4px 2px 0;'
