@@ -6,10 +6,11 @@ from __future__ import annotations
 import html
 
 _COVER = "var(--jp-layout-color0,#fff)"
+_SHADOW = "var(--jp-border-color0,#bdbdbd)"  # light grey on a light theme, mid grey on a dark one
 SCROLL_SHADOWS = (f"background:linear-gradient(to right,{_COVER} 30%,transparent) left/24px 100% no-repeat local,"
                   f"linear-gradient(to left,{_COVER} 30%,transparent) right/24px 100% no-repeat local,"
-                  "radial-gradient(farthest-side at 0 50%,rgba(0,0,0,.3),transparent) left/10px 100% no-repeat scroll,"
-                  "radial-gradient(farthest-side at 100% 50%,rgba(0,0,0,.3),transparent) right/10px 100% no-repeat "
+                  f"radial-gradient(farthest-side at 0 50%,{_SHADOW},transparent) left/10px 100% no-repeat scroll,"
+                  f"radial-gradient(farthest-side at 100% 50%,{_SHADOW},transparent) right/10px 100% no-repeat "
                   "scroll")
 """A shadow at an edge with more table behind it (scroll shadows: the covers move with the table, the
 shadows stay), so a cut column reads as "scroll for more" where scrollbars are hidden until used."""
