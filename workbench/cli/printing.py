@@ -19,10 +19,14 @@ def follow(run: Any, quiet: bool = False, owned: bool = False, ranks: str | None
     from workbench.cli.owner import Interrupted, cancel_owned, check_stop
 
     printer = ProgressPrinter(quiet=quiet, ranks=ranks)
+    notice = FailureNotice()
+    plot = EndPlot(run)
 
     def poll(run: Any) -> None:
         check_stop()  # a stop signal is raised here, between polls (never inside an import)
         printer(run)
+        notice(run)
+        plot.when_ready(run.latest_status)
 
     try:  # a stop signal from here on (even right after the first line) ends the follow cleanly
         print(f"[workbench] run folder: {run.folder}", flush=True)
@@ -39,26 +43,109 @@ def follow(run: Any, quiet: bool = False, owned: bool = False, ranks: str | None
             cancel_owned(run, "the follow loop failed")
         raise
     printer(run, final=True)
-    return _say_end(run, status)
+    return _say_end(run, status, notice, plot)
 
 
-def _say_end(run: Any, status: Any) -> int:
-    """The per-rank table, plot and final state; the failure if the run failed.  0 if it finished."""
+class EndPlot:
+    """The end-of-run plot, drawn while the run's processes are still exiting: matplotlib is
+    imported in the background while the run trains, and the figure is drawn as soon as every rank
+    has ended (its records are all on disk then), so that the command's end costs next to nothing."""
 
-    from workbench.results.plots import save_run_plot
+    def __init__(self, run: Any):
+        import threading
 
+        self.folder, self.path = run.folder, str(run.dir.loss_plot)
+        self.drawn: str | None = None
+        self._drawing: threading.Thread | None = None
+        self._importing: threading.Thread | None = None
+
+    def when_ready(self, status: Any) -> None:
+        """Called every poll: import once the run logs metrics (a plot will be drawn), draw once
+        every rank has ended."""
+        import threading
+
+        if self._importing is None and status is not None and status.records:
+            self._importing = threading.Thread(target=_import_plots, name="workbench-import-plots", daemon=True)
+            self._importing.start()
+        if self._drawing is None and status is not None and status.done and all(
+                r.state not in ("starting", "running") for r in status.ranks):
+            self._drawing = threading.Thread(target=self._draw, name="workbench-end-plot", daemon=True)
+            self._drawing.start()
+
+    def _draw(self) -> None:
+        from workbench.launch.run import Run
+        from workbench.results.plots import save_run_plot
+
+        with contextlib.suppress(Exception):  # drawn again in the main thread, where a failure shows
+            run = Run(self.folder)  # its own reader: the main thread polls the run's
+            frame = run.metrics()
+            if len(frame):
+                self.drawn = save_run_plot(frame, self.path, evals=run.evals())
+
+    def result(self, run: Any, frame: Any) -> str:
+        """The plot's path: the one drawn ahead, or drawn now."""
+        if self._drawing is not None:
+            self._drawing.join()
+        if self.drawn is None:
+            from workbench.results.plots import save_run_plot
+
+            self.drawn = save_run_plot(frame, self.path, evals=run.evals())
+        return self.drawn
+
+
+def _import_plots() -> None:
+    with contextlib.suppress(Exception):
+        import workbench.results.plots  # noqa: F401 - matplotlib's import, paid while the run trains
+
+
+class FailureNotice:
+    """The cause of a failed run, said once, as soon as the run is known to have failed (while its
+    other ranks are still stopping): one line on stderr.  A full disk or another problem of the
+    user's input or environment is said as every command says those, "workbench: ...", and the
+    command exits 2."""
+
+    def __init__(self) -> None:
+        self.said: Any = None
+
+    def __call__(self, run: Any, status: Any = None) -> None:
+        status = status or getattr(run, "latest_status", None)
+        if self.said is not None or status is None or status.state != "failed":
+            return
+        failure = run.exception(status)
+        if failure is None:
+            return
+        self.said = failure
+        fix = user_fix(failure)
+        line = f"workbench: {failure}; {fix}" if fix is not None else f"[workbench] {failure}"
+        with contextlib.suppress(OSError):
+            print(line.rstrip("; "), file=sys.stderr, flush=True)
+
+
+def user_fix(failure: Any) -> str | None:
+    """What to do when the run failed for a reason of the user's input or environment (a full
+    disk, a config problem found in a rank); None for any other failure (a bug, a crash)."""
+    from workbench.runfolder.causes import user_fix as fix
+
+    return fix(failure)
+
+
+def _say_end(run: Any, status: Any, notice: FailureNotice | None = None, plot: EndPlot | None = None) -> int:
+    """The per-rank table, plot and final state; the failure if the run failed.  0 if it finished,
+    2 if it failed for a reason of the user's input or environment (said in one line), else 1."""
+    notice = notice or FailureNotice()
     with contextlib.suppress(OSError):  # the terminal may be gone
         frame = run.metrics()
         if len(frame):
-            plot = save_run_plot(frame, str(run.dir.loss_plot))
-            print(f"[workbench] per-rank plot: {plot}")
+            print(f"[workbench] per-rank plot: {(plot or EndPlot(run)).result(run, frame)}")
             print(table_for_people(per_rank_table(frame)))
         print(f"[workbench] {status if status is not None else 'ranks still stopping: ' + str(run.status())}",
               flush=True)
         if status is not None and status.state == "failed":
-            _print_failure(run)
+            _print_failure(run, notice, status)
         print(next_steps(run.folder), flush=True)
-    return 0 if status is not None and status.state == "finished" else 1
+    if status is None or status.state != "finished":
+        return 2 if notice.said is not None and user_fix(notice.said) is not None else 1
+    return 0
 
 
 def next_steps(folder: Any) -> str:
@@ -241,10 +328,16 @@ def per_rank_table(frame: Any) -> Any:
     return frame.groupby("rank").agg(**{k: v for k, v in wanted.items() if v[0] in frame})
 
 
-def _print_failure(run: Any) -> None:
-    failure = run.exception()
-    if failure is not None:
-        print(f"[workbench] {failure}\n{failure.traceback}", file=sys.stderr)
+def _print_failure(run: Any, notice: FailureNotice | None = None, status: Any = None) -> None:
+    """The cause's line (unless `notice` said it already), what followed from it, and the cause's
+    traceback; a user's or environment's problem is its one line only."""
+    notice = notice or FailureNotice()
+    status = status or run.status()
+    notice(run, status)
+    failure = run.exception(status)  # read again: what followed the cause may have come since
+    if failure is None or user_fix(failure) is not None:
+        return
+    print("\n".join([*failure.summary().splitlines()[1:], failure.traceback.rstrip()]), file=sys.stderr, flush=True)
 
 
 def print_history(run: Any) -> None:

@@ -30,6 +30,7 @@ class CheckpointWriter:
 
     def __init__(self, run: RunDir, keep: int, monitor: RankMonitor):
         self.run, self.keep, self.monitor = run, keep, monitor
+        remove_dead_temps(run)  # a writer killed mid-write left its temp file; no other writer runs now
 
     def write(self, step: int, epoch: int, make_state: Callable[[], dict[str, Any]]) -> None:
         with self.monitor.saving:
@@ -104,6 +105,18 @@ def save_checkpoint(run: RunDir, step: int, state: dict[str, Any], keep: int) ->
     for old in list_checkpoints(run)[:-keep]:
         old.unlink(missing_ok=True)
     return path
+
+
+def remove_dead_temps(run: RunDir) -> list[Path]:
+    """Remove the temp files (.step-N.pt.tmp-PID) that writers killed mid-write left behind (a full
+    checkpoint's size each); called when a run starts or resumes, when no other writer is at work
+    (one live job per run folder).  They are never loaded: list_checkpoints does not see them."""
+    found = run.checkpoint_temps()
+    mine = f".tmp-{os.getpid()}"
+    removed = [p for p in found if not p.name.endswith(mine)]
+    for path in removed:
+        path.unlink(missing_ok=True)
+    return removed
 
 
 def list_checkpoints(run: RunDir) -> list[Path]:

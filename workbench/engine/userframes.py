@@ -57,6 +57,11 @@ def user_traceback(exc: BaseException) -> str:
     return "".join(te.format()) + (HIDDEN_NOTE if hidden else "")
 
 
+def user_stack(stack: traceback.StackSummary) -> traceback.StackSummary:
+    """A stack (a hung thread's, say) with the user's frames and what they called, as user_traceback keeps."""
+    return traceback.StackSummary.from_list(_user_frames(stack, _framework_folders(), _library_folders()))
+
+
 def _user_frames(stack: traceback.StackSummary, framework: tuple[str, ...],
                  library: tuple[str, ...]) -> list[traceback.FrameSummary]:
     def inside(frame: traceback.FrameSummary, folders: tuple[str, ...]) -> bool:

@@ -64,17 +64,27 @@ def line_buffered() -> None:
 
 def show_failure(exc: BaseException, run_dir: str, attempt: int) -> None:
     """Print the exception on the rank's stderr as its error file has it: the user's frames only
-    (WORKBENCH_TRACEBACK=full: every frame).  An exception raised before the rank could record it
-    prints whole, so that its agent can read it back from the log."""
+    (WORKBENCH_TRACEBACK=full: every frame).  Nothing for a full disk (the command says it in one
+    line) nor for a collective broken by a peer that failed first (listed under that cause); an
+    exception raised before the rank could record it prints whole, for its agent to read back."""
     import traceback
 
     from workbench.engine.userframes import user_traceback
+    from workbench.runfolder.causes import from_record, user_fix
     from workbench.runfolder.layout import RunDir
 
-    recorded = RunDir(run_dir).read_error(int(os.environ.get("RANK", "-1")))
-    full = os.environ.get("WORKBENCH_TRACEBACK") == "full" or not recorded or recorded.get("attempt") != attempt
+    run, rank = RunDir(run_dir), int(os.environ.get("RANK", "-1"))
+    recorded = run.read_error(rank)
+    if not recorded or recorded.get("attempt") != attempt or os.environ.get("WORKBENCH_TRACEBACK") == "full":
+        text = "".join(traceback.format_exception(exc))
+    else:
+        failure = from_record(rank, recorded)
+        peer_failed = any((run.read_error(r) or {}).get("attempt") == attempt for r in run.rank_files("errors")
+                          if r != rank)
+        quiet = user_fix(failure) is not None or (failure.knock_on and peer_failed)
+        text = "" if quiet else user_traceback(exc)
     with contextlib.suppress(Exception):
-        sys.stderr.write("".join(traceback.format_exception(exc)) if full else user_traceback(exc))
+        sys.stderr.write(text)
         sys.stderr.flush()
 
 

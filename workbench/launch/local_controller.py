@@ -10,6 +10,7 @@ so the run is reported as cancelled.  Started by ``python -m workbench.launch.lo
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -21,8 +22,9 @@ from typing import Any
 from submitit.local import local as submitit_local
 
 from workbench.engine.rendezvous import REQUEUES_ENV
-from workbench.proctree import KILL_AFTER_S, Proc, end
-from workbench.runfolder.layout import RunDir
+from workbench.proctree import KILL_AFTER_S, Proc, end, signal_name
+from workbench.runfolder.failures import error_record, write_error
+from workbench.runfolder.layout import RunDir, read_json
 
 RUN_DIR_ENV = "WORKBENCH_RUN_DIR"
 STOP_GRACE_S = KILL_AFTER_S + 5.0
@@ -36,6 +38,8 @@ class Controller(submitit_local.Controller):
         self.rundir = RunDir(os.environ[RUN_DIR_ENV])
         self.stop_signal = 0
         self.generation = 0
+        self.ended: set[int] = set()
+        """Ranks whose agent's end is noted (in this generation)."""
         for sig in STOP_SIGNALS:
             signal.signal(sig, self._request_stop)
 
@@ -45,6 +49,7 @@ class Controller(submitit_local.Controller):
     def start_tasks(self) -> None:
         os.environ[REQUEUES_ENV] = str(self.generation)  # a requeued generation is a new attempt
         self.generation += 1
+        self.ended = set()
         if not self.stop_signal:
             super().start_tasks()
 
@@ -55,10 +60,13 @@ class Controller(submitit_local.Controller):
         warned = False
         while True:
             codes = [t.poll() for t in self.tasks]
+            self._note_ended(codes)
             if all(c is not None for c in codes):
                 return codes
             if self.stop_signal:
-                self.rundir.mark_cancelled(f"{signal.Signals(self.stop_signal).name} to the local controller")
+                name = signal.Signals(self.stop_signal).name
+                self.rundir.mark_cancelled(f"{name} to the local controller (pid {os.getpid()})")
+                print(f"[workbench controller] {name}: stopping every rank", flush=True)
                 return codes
             elapsed = time.monotonic() - started
             if not warned and elapsed >= self.timeout_s - self.signal_delay_s:
@@ -67,6 +75,32 @@ class Controller(submitit_local.Controller):
             if elapsed >= self.timeout_s:
                 return codes
             time.sleep(1.0 / freq)
+
+    def _note_ended(self, codes: list[int | None]) -> None:
+        """Say in controller.log how each rank's agent ended; an agent killed by a signal (its
+        worker goes with it, and no one else is left to say so) gets the rank's error file, unless
+        the rank has one for its attempt already (whoever sees a death first writes it down)."""
+        for rank, code in enumerate(codes):
+            if code is None or rank in self.ended:
+                continue
+            self.ended.add(rank)
+            how = f"was killed by {signal_name(code)}" if code < 0 else f"exited with status {code}"
+            print(f"[workbench controller] rank {rank}'s agent (pid {self.tasks[rank].pid}) {how}", flush=True)
+            if code < 0 and not self.stop_signal:
+                self._agent_killed(rank, self.tasks[rank].pid, signal_name(code))
+
+    def _agent_killed(self, rank: int, pid: int, how: str) -> None:
+        attempt = (read_json(self.rundir.procs(rank)) or {}).get("attempt", 0)
+        error = self.rundir.read_error(rank)
+        if error is not None and error.get("attempt") == attempt:
+            return
+        message = (f"rank {rank}'s agent (pid {pid}) was killed by {how}, and its worker with it "
+                   "(killed by hand, by the scheduler, or out of memory)")
+        status = self.rundir.read_status(rank) or {}
+        record = error_record(rank, "Lost", message, "", attempt if isinstance(attempt, int) else 0,
+                              str(status.get("host") or ""), status.get("step"), reported_by="controller")
+        with contextlib.suppress(OSError):
+            write_error(self.rundir, rank, record)
 
     def kill_tasks(self) -> None:
         """Ask the agents to stop, then kill what is left: agents, and the workers' groups."""

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import signal
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,14 +17,15 @@ from workbench.config.types import shown
 from workbench.errors import ConfigError, RunFailed, RunFolderError
 from workbench.launch.pooljob import PoolJob
 from workbench.launch.status import RunStatus, run_status
-from workbench.proctree import Proc, end
+from workbench.proctree import Proc, end, signal_name
 from workbench.runfolder import events as kinds
+from workbench.runfolder.causes import RankFailure, cause_of, from_record, stopped_because
 from workbench.runfolder.events import EventSummary
-from workbench.runfolder.failures import last_traceback
+from workbench.runfolder.failures import controller_failure, last_traceback, write_controller_failure
 from workbench.runfolder.layout import RunDir, read_json
 from workbench.runfolder.rankstate import is_lost, lost_message
 from workbench.runfolder.reader import MultiTail, RankFrames
-from workbench.runfolder.records import EVENT, warn_damaged
+from workbench.runfolder.records import ERROR, EVENT, read_object, warn_damaged
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -38,24 +39,10 @@ STRAGGLERS_LIVE_EVERY_S = 15.0
 """While a run goes, the straggler verdict (over every logged record) is recomputed at most this often."""
 
 
+ENDING_POLL_S = 0.05
+"""Once the outcome is known, Run.wait looks this often for the job's processes to be gone."""
 MAX_WORLD_SIZE = 1 << 16
 """The most ranks a run folder is read for (a damaged run.json must not make a reader loop for ever)."""
-
-
-@dataclass
-class RankFailure:
-    rank: int
-    type: str
-    message: str
-    traceback: str
-    host: str = ""
-    attempt: int = 0
-    """The attempt that failed (0, then 1, ... after each restart or requeue)."""
-    time: float = 0.0
-
-    def __str__(self) -> str:
-        host = f" ({self.host})" if self.host else ""
-        return f"rank {self.rank}{host} raised {self.type}: {self.message}"
 
 
 class Run:
@@ -75,6 +62,8 @@ class Run:
         self._metrics: tuple[tuple[int, int | None], pd.DataFrame] | None = None
         self._failed_at: float | None = None
         self._config_for_views: JobConfig | None = None
+        self.latest_status: RunStatus | None = None
+        """The status Run.wait read last (what its on_poll callback may show)."""
 
     @classmethod
     def load(cls, run_dir: str | Path) -> Run:
@@ -122,9 +111,10 @@ class Run:
             return True
         return bool(self.job.done())
 
-    def status(self) -> RunStatus:
-        """Where the run stands: run and rank states, steps, rate (workbench.launch.status)."""
-        done = self.job_done()
+    def status(self, job_done: bool | None = None) -> RunStatus:
+        """Where the run stands: run and rank states, steps, rate (workbench.launch.status).
+        `job_done`: the job's state when the caller just asked for it."""
+        done = self.job_done() if job_done is None else job_done
         cancelled = self.meta.get("cancelled")
         self.metric_frames.poll()  # after job_done: once it says done, every record is on disk
         return run_status(self.dir, self.world_size, done, cancelled, self.metric_frames.columns(("step", "time")),
@@ -141,15 +131,17 @@ class Run:
         """Block until the run is finished, failed or cancelled (or `timeout` seconds passed)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            status = self.status()
+            ended = self.job_done()
+            status = self.latest_status = self.status(ended)
             if on_poll is not None:
                 on_poll(self)
             self._stop_survivors(status)
-            if status.done and self.job_done():
-                return status
+            if status.done and ended:
+                return status  # read after the job ended: a rank that died shows so, never as running
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"run {self.folder} still {status.state} after {timeout} s: {status}")
-            time.sleep(poll_s)
+            # The outcome is known and the processes are ending: look again soon, not a whole poll later.
+            time.sleep(min(poll_s, ENDING_POLL_S) if status.done else poll_s)
 
     def _stop_survivors(self, status: RunStatus) -> None:
         """A rank failed: its agents end the attempt; end the job here if it is still there later."""
@@ -159,13 +151,14 @@ class Run:
         if time.monotonic() - self._failed_at > STOP_GRACE_S:
             self._stop_job()
 
-    def cancel(self) -> None:
+    def cancel(self, by: str = "") -> None:
         """Stop every rank, from any handle (the submitting one, or Run.load after a kernel restart).
         Returns once they are gone (a local run: at most about STOP_GRACE_S).  The latest finished
-        checkpoint and all logged metrics stay; the run is reported as cancelled."""
+        checkpoint and all logged metrics stay; the run is reported as cancelled, `by` whom (default:
+        Run.cancel() and the process that called it)."""
         if self.job_done() and self.status().done:
             return  # it ended already: a finished run stays finished
-        self.dir.mark_cancelled("Run.cancel()")
+        self.dir.mark_cancelled(by or f"Run.cancel() in pid {os.getpid()} on {socket.gethostname()}")
         self._stop_job()
 
     def _stop_job(self) -> None:
@@ -255,50 +248,86 @@ class Run:
         return [pickle.loads(found[r].read_bytes()) for r in range(self.world_size)]
 
     def exception(self, status: RunStatus | None = None) -> RankFailure | None:
-        """The first failure of the latest attempt: the earliest rank error, or a rank that ended
-        without a word (lost, dated by its last heartbeat), whichever came first; when no rank left
-        a word at all, the last traceback in a rank's stderr (an error before the rank could report)."""
-        failures = [(f.time, f) for f in (_failure(rank, e) for rank, e in self._errors().items())]
-        reported = {f.rank for _, f in failures}
+        """Why the latest attempt failed (workbench.runfolder.causes, the one rule every view uses):
+        the earliest failure that is not a knock-on error (a reset connection, a collective's
+        timeout, a rank that stopped because of it), carrying every other failure of the attempt as
+        its consequences.  Failures are rank errors, ranks that ended without a word (dated by their
+        last heartbeat) and a controller that died; when none left a word at all, the last
+        traceback in a rank's stderr (an error before the rank could report)."""
         status = status or self.status()
+        failures = [from_record(rank, e) for rank, e in self._errors().items()]
+        failures += self._gone(status, {f.rank for f in failures})
+        cause = cause_of(failures)
+        if cause is None and status.state == "failed":
+            cause = self._failure_from_stderr()
+        return self._with_stopped_ranks(cause, status) if cause is not None else None
+
+    def _errors(self) -> dict[int, dict[str, Any]]:
+        """rank -> its error record (a damaged error file reads as absent, with a warning)."""
+        found = {rank: self.dir.read_error(rank) for rank in self.dir.rank_files("errors")}
+        return {rank: _shown_traceback(e) for rank, e in found.items() if e is not None}
+
+    def _gone(self, status: RunStatus, reported: set[int]) -> list[RankFailure]:
+        """Ranks that ended without a word (lost), and the local controller if it died."""
+        found = []
         for r in status.ranks:
             if r.state == "lost" and r.rank not in reported:
                 age = r.heartbeat_age_s or 0.0
                 silent = age if is_lost(age, self._lost_after_s()) else None  # else the job ended soon after a beat
-                failure = RankFailure(r.rank, "Lost", lost_message(r.rank, silent), self.logs(r.rank, tail_bytes=4000),
-                                      r.host, r.attempt)
-                failures.append((time.time() - (r.heartbeat_age_s or 0.0), failure))
-        if not failures and status.state == "failed":
-            return self._failure_from_stderr()
-        return min(failures, key=lambda item: item[0])[1] if failures else None
-
-    def _errors(self) -> dict[int, dict[str, Any]]:
-        """rank -> its error record; a damaged error file still says the rank failed."""
-        found = {}
-        for rank, path in self.dir.rank_files("errors").items():
-            found[rank] = self.dir.read_error(rank) or {
-                "type": "UnknownError", "message": f"its error file {path} is damaged (see the warning above)"}
+                found.append(RankFailure(r.rank, "Lost", lost_message(r.rank, silent),
+                                         self.logs(r.rank, tail_bytes=4000), r.host, r.attempt, time.time() - age,
+                                         reported_by="reader"))
+        job_id = str(self.meta.get("job_id") or "")
+        record = controller_failure(self.dir, job_id) if job_id else None
+        if record is None and status.state == "failed":
+            record = self._controller_seen_dying(job_id)
+        if record is not None:
+            found.append(from_record(-1, {**record, "rank": -1}))
         return found
+
+    def _controller_seen_dying(self, job_id: str) -> dict[str, Any] | None:
+        """The local controller this handle started ended by a signal: written down here (whoever
+        sees a death first records it), with the signal, which only its parent can know."""
+        process = getattr(self.job, "_process", None)
+        code = process.poll() if process is not None else None
+        if process is None or code is None or code >= 0:
+            return None
+        message = f"the local controller (pid {process.pid}) was killed by {signal_name(code)}; every rank stopped"
+        with contextlib.suppress(OSError):
+            write_controller_failure(self.dir, message, job_id, "the submitting process", exit_code=code)
+        return controller_failure(self.dir, job_id)
+
+    def _with_stopped_ranks(self, cause: RankFailure, status: RunStatus) -> RankFailure:
+        """Ranks that stopped themselves because of the cause (aborted, no error of their own) are
+        listed as consequences too: "waiting for rank N" when they were waiting in a collective."""
+        listed = {cause.rank, *(f.rank for f in cause.consequences)}
+        for r in status.ranks:
+            if r.state == "aborted" and r.rank not in listed:
+                waiting = bool((self.dir.read_status(r.rank) or {}).get("waiting"))
+                cause.consequences.append(stopped_because(cause, r.rank, waiting, r.host, r.attempt,
+                                                          time.time() - (r.heartbeat_age_s or 0.0)))
+        return cause
 
     def _failure_from_stderr(self) -> RankFailure | None:
         for rank in range(self.world_size):
             found = last_traceback(self.logs(rank, "err", tail_bytes=64_000))
             if found is not None:
                 kind, message, text = found
-                return RankFailure(rank, kind, message, text)
+                return RankFailure(rank, kind, message, text, reported_by="reader")
         return None
 
     def failures(self) -> list[RankFailure]:
         """The failure of each attempt on record, oldest first: each restarted attempt's
-        (errors/failure-N/) and the current one's.  Per attempt the first error is the failure; the
-        others' errors that followed it (a collective broken by it) stay in the files."""
+        (errors/failure-N/) and the current one's, each picked by the same rule as exception()
+        and carrying the other failures of its attempt as consequences."""
         found = []
-        for files in [*self.dir.archived_errors(), self.dir.rank_files("errors")]:
-            records = [_failure(rank, e) for rank, e in ((r, read_json(path)) for r, path in files.items())
-                       if isinstance(e, dict)]
-            if records:
-                found.append(min(records, key=lambda f: f.time))
-        return found
+        for files in self.dir.archived_errors():
+            records = [(rank, read_object(path, ERROR)) for rank, path in files.items()]
+            cause = cause_of([from_record(rank, _shown_traceback(e)) for rank, e in records if e is not None])
+            if cause is not None:
+                found.append(cause)
+        current = self.exception()
+        return [*found, current] if current is not None else found
 
     def health(self, status: RunStatus | None = None) -> dict[str, Any]:
         """What the ranks' own checks said (parameters in sync at the last check, data shards,
@@ -415,14 +444,12 @@ def _read_text(path: Path, tail_bytes: int | None = None) -> str:
         return ""
 
 
-def _failure(rank: int, e: dict[str, Any]) -> RankFailure:
-    """A rank's failure from its error record; the traceback shows the user's frames unless
-    WORKBENCH_TRACEBACK=full asks for every frame."""
-    text = e.get("traceback", "")
-    if os.environ.get("WORKBENCH_TRACEBACK") == "full":
-        text = e.get("traceback_full", text)
-    return RankFailure(int(e.get("rank", rank)), str(e.get("type", "UnknownError")), str(e.get("message", "")), text,
-                       str(e.get("host") or ""), int(e.get("attempt") or 0), float(e.get("time") or 0.0))
+def _shown_traceback(e: dict[str, Any]) -> dict[str, Any]:
+    """An error record whose traceback shows the user's frames, unless WORKBENCH_TRACEBACK=full asks
+    for every frame."""
+    if os.environ.get("WORKBENCH_TRACEBACK") == "full" and e.get("traceback_full"):
+        return {**e, "traceback": e["traceback_full"]}
+    return e
 
 
 def _job_state(job: Any) -> str:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workbench.runfolder.layout import tensorboard_rank
+from workbench.runfolder.private import make_dirs, private_umask
 
 if TYPE_CHECKING:
     from workbench.launch.run import Run
@@ -28,16 +29,20 @@ def to_tensorboard(run: Run, logdir: str | Path) -> Path:
     except ImportError:
         raise ImportError("exporting to TensorBoard needs the tensorboard package: pip install tensorboard "
                           '(or pip install "workbench[tensorboard]")') from None
-    logdir = Path(logdir)
+    logdir = make_dirs(logdir)  # 0700 where made, like a run folder; the files 0600 (private_umask)
     frame = run.metrics()
+    with private_umask():
+        _write_ranks(SummaryWriter, logdir, frame, run.evals())
+    return logdir
+
+
+def _write_ranks(writer_class: Any, logdir: Path, frame: Any, evals: Any) -> None:
     for _, part in (frame.groupby("rank") if len(frame) else []):
-        writer = SummaryWriter(log_dir=str(tensorboard_rank(logdir, int(part["rank"].iloc[0]))))
+        writer = writer_class(log_dir=str(tensorboard_rank(logdir, int(part["rank"].iloc[0]))))
         _write(writer, part.drop(columns=["wall_time", "elapsed_s", "samples"], errors="ignore").to_dict("records"))
-    evals = run.evals()
     if len(evals):
         columns = ["step", "time", *(str(c) for c in evals.columns if str(c).startswith("val_"))]
-        _write(SummaryWriter(log_dir=str(tensorboard_rank(logdir, 0))), evals[columns].to_dict("records"))
-    return logdir
+        _write(writer_class(log_dir=str(tensorboard_rank(logdir, 0))), evals[columns].to_dict("records"))
 
 
 def _write(writer: Any, records: list[dict[Any, Any]]) -> None:
@@ -57,15 +62,17 @@ def export_metrics(run: Run, path: str | Path | None = None, format: str | None 
     if fmt not in FORMATS:
         raise ValueError(f"format: {fmt!r} is not one of {', '.join(FORMATS)}; name the file .csv or .parquet")
     target = Path(path) if path else run.dir.export(fmt)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(target.parent)  # 0700 where made, like a run folder
     frame = run.metrics()
     if fmt == "csv":
-        frame.to_csv(target, index=False)
+        with private_umask():  # a new file is 0600, whatever the caller's umask
+            frame.to_csv(target, index=False)
         return target
     try:
         import pyarrow  # type: ignore[import-untyped]  # noqa: F401
     except ImportError:
         raise ImportError('Parquet needs pyarrow: pip install pyarrow (or pip install "workbench[parquet]"); '
                           "CSV needs nothing") from None
-    frame.to_parquet(target, index=False)
+    with private_umask():
+        frame.to_parquet(target, index=False)
     return target

@@ -76,6 +76,21 @@ class RankFailure:
         return "\n".join([str(self), *(f"  {line}" for line in self.consequence_lines())])
 
 
+USER_ERROR_TYPES = frozenset({"ConfigError", "ConfigFileError", "RunFolderError"})
+DISK_FULL_FIX = "free some space, or set launch.run_root to a folder on another disk"
+
+
+def user_fix(failure: RankFailure) -> str | None:
+    """What to do when a run failed for a reason of the user's input or environment, which every
+    command says in one line and exits 2 for (a full disk; a config problem a rank found: its
+    message names the fix); None for any other failure (the user's code raised, a crash, a bug)."""
+    if "disk full" in failure.message:
+        return DISK_FULL_FIX
+    if failure.type in USER_ERROR_TYPES:
+        return ""
+    return None
+
+
 def _one_line(text: str, limit: int = 300) -> str:
     first = text.strip().splitlines()[0] if text.strip() else ""
     return first if len(first) <= limit else first[:limit] + " ..."

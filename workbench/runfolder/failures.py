@@ -11,8 +11,10 @@ import errno
 import os
 import re
 import time
+from pathlib import Path
 from typing import Any
 
+from workbench.runfolder import records
 from workbench.runfolder.layout import RunDir, write_json_atomic
 
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
@@ -99,3 +101,26 @@ def error_record(rank: int, kind: str, message: str, traceback: str, attempt: in
     """The fields of an error file (one schema for the rank, its agent and its ring neighbour)."""
     return {"rank": rank, "type": kind, "message": message, "traceback": traceback, "time": time.time(),
             "step": step, "host": host, "attempt": attempt, **extra}
+
+
+def controller_error(run: RunDir) -> Path:
+    """The record of a run's controller that died (errors/controller.json): written by whoever saw
+    it first (an agent whose parent it was, or the process that started it)."""
+    return run.controller_error
+
+
+def write_controller_failure(run: RunDir, message: str, job_id: str, reported_by: str, attempt: int = 0,
+                             **extra: Any) -> None:
+    """Record that the controller of job `job_id` died (kept if someone recorded it already)."""
+    path = controller_error(run)
+    found = records.read_object(path, records.ERROR)
+    if found is not None and found.get("job_id") == job_id:
+        return
+    write_json_atomic(path, {**error_record(-1, "ControllerLost", message, "", attempt, reported_by=reported_by),
+                             "job_id": job_id, **extra})
+
+
+def controller_failure(run: RunDir, job_id: str) -> dict[str, Any] | None:
+    """The controller's death record of job `job_id` (a record of an earlier job in the folder is not)."""
+    found = records.read_object(controller_error(run), records.ERROR)
+    return found if found is not None and str(found.get("job_id")) == str(job_id) else None

@@ -1,0 +1,45 @@
+"""A plain torchrun-style DDP script that goes wrong on purpose, as user scripts do.
+
+    faults.py raise RANK       RANK raises ValueError in its loss after a few steps ("both": every rank)
+    faults.py hang RANK        RANK hangs in its loss (in Python, its threads alive) after a few steps
+    faults.py print GATE       rank 0 prints "ready" without flush, then waits until the file GATE exists
+    faults.py train STEPS      trains STEPS steps, logging each (workbench.log)
+"""
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import workbench
+
+mode, arg = sys.argv[1], sys.argv[2]
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
+
+
+def loss_fn(output, step):
+    if mode == "raise" and step == 5 and arg in (str(rank), "both"):
+        raise ValueError(f"injected failure on rank {rank}")
+    if mode == "hang" and step == 5 and arg == str(rank):
+        while True:  # a bug that never returns: the other ranks wait in the gradient all-reduce
+            time.sleep(0.05)
+    return output.sum()
+
+
+if mode == "print":
+    if rank == 0:
+        print("ready")  # no flush: as nanoGPT and the PyTorch examples print
+        while not os.path.exists(arg):
+            time.sleep(0.02)
+    dist.barrier()
+else:
+    steps = int(arg) if mode == "train" else 1000
+    for step in range(1, steps + 1):
+        loss = loss_fn(model(torch.randn(4, 8)), step)
+        loss.backward()
+        workbench.log(step=step, loss=loss.item())
+        time.sleep(0.02)
+dist.destroy_process_group()

@@ -1,0 +1,156 @@
+"""Is this rank hung, or waiting for one that is?  Run by each rank's heartbeat thread.
+
+A rank whose loop has made no progress (no finished step, no output) for the stall limit is
+looked at where its main thread is: inside a collective (torch.distributed, DDP's reducer at the end
+of backward, autograd waiting on it) it is *waiting*; anywhere else it is *stuck* there, at its
+innermost frame of the user's code.  A stuck rank whose peers wait in a collective is the hung one:
+it is named with that frame, and (``dist.on_hang: fail``) the run ends with it as the cause, instead
+of every rank failing at the collective's timeout minutes later in the words of a broken
+connection.
+
+The stall limit, unless ``dist.stall_after_s`` fixes it, comes from the job's own pace: STEP_FACTOR
+times the longest gap between two steps seen so far, at least STALL_FLOOR_S; before the first step
+(imports, data download, compilation) STARTUP_STALL_S."""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+import threading
+from dataclasses import dataclass
+from types import FrameType
+
+STALL_FLOOR_S = 60.0
+STARTUP_STALL_S = 300.0
+STEP_FACTOR = 10.0
+COLLECTIVE_CODE = (os.sep + os.path.join("torch", "distributed") + os.sep,
+                   os.sep + os.path.join("torch", "nn", "parallel") + os.sep,
+                   os.sep + os.path.join("torch", "autograd") + os.sep,
+                   os.sep + os.path.join("torch", "_tensor.py"))
+"""Where a main thread waiting in a collective is: c10d's calls, DDP (its reducer waits for the
+gradient all-reduce at the end of backward), autograd's backward."""
+_STDLIB = tuple({os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "platstdlib")})
+_WORKBENCH = os.path.dirname(os.path.dirname(os.path.realpath(__file__))) + os.sep
+
+
+@dataclass
+class Stuck:
+    """Where a rank's main thread is after making no progress for `silent_s` seconds."""
+
+    silent_s: float
+    waiting: bool
+    """In a collective (waiting for a peer), not in the user's own code."""
+    where: str
+    """Its innermost frame of the user's code: "train.py:42 in loss_fn" ("" if none)."""
+
+
+class StallLimit:
+    """The seconds without progress after which a rank is looked at (see the module's docstring)."""
+
+    def __init__(self, fixed_s: float | None = None):
+        self.fixed_s = fixed_s
+        self.longest_gap_s = 0.0
+        self._last_step: tuple[int, float] | None = None
+
+    def saw_step(self, step: int, now: float) -> None:
+        """Note the rank's step (called every beat); the gaps between steps set the limit."""
+        if self._last_step is None:
+            self._last_step = (step, now) if step > 0 else None
+            return
+        if step != self._last_step[0]:
+            self.longest_gap_s = max(self.longest_gap_s, now - self._last_step[1])
+            self._last_step = (step, now)
+
+    @property
+    def seconds(self) -> float:
+        if self.fixed_s:
+            return float(self.fixed_s)
+        if self._last_step is None or not self.longest_gap_s:
+            return STARTUP_STALL_S
+        return max(STALL_FLOOR_S, STEP_FACTOR * self.longest_gap_s)
+
+
+def main_frame() -> FrameType | None:
+    """The main thread's current frame (called from another thread)."""
+    return sys._current_frames().get(threading.main_thread().ident or -1)
+
+
+def where_is(frame: FrameType | None) -> tuple[bool, str]:
+    """(waiting in a collective, innermost frame of the user's code as "file:line in function")."""
+    waiting, user = None, ""
+    while frame is not None:
+        name = os.path.realpath(frame.f_code.co_filename)
+        if waiting is None and not _stdlib(name, frame.f_code.co_filename):
+            waiting = any(part in name for part in COLLECTIVE_CODE)
+        if not user and _users(name, frame.f_code.co_filename):
+            user = f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
+        if user and waiting is not None:
+            break
+        frame = frame.f_back
+    return bool(waiting), user
+
+
+def _stdlib(name: str, raw: str) -> bool:
+    return raw.startswith("<frozen ") or (name.startswith(_STDLIB) and "site-packages" not in name)
+
+
+def _users(name: str, raw: str) -> bool:
+    if _stdlib(name, raw) or name.startswith(_WORKBENCH) or raw.startswith("<"):
+        return False
+    return (os.sep + "torch" + os.sep) not in name
+
+
+def stuck(silent_s: float, limit: StallLimit, frame: FrameType | None) -> Stuck | None:
+    """Where the rank is, once it has made no progress for the limit; None before."""
+    if silent_s <= limit.seconds:
+        return None
+    waiting, where = where_is(frame)
+    return Stuck(silent_s, waiting, where)
+
+
+def hung_message(rank: int, found: Stuck, waiting_peers: list[int]) -> str:
+    """"rank 1 hung: no progress for 12 s, at train.py:42 in loss_fn; rank 0 waits for it in a collective"."""
+    peers = ", ".join(map(str, waiting_peers))
+    whom = f"rank {peers} waits" if len(waiting_peers) == 1 else f"ranks {peers} wait"
+    at = f", at {found.where}" if found.where else ""
+    return f"rank {rank} hung: no progress for {found.silent_s:.0f} s{at}; {whom} for it in a collective"
+
+
+class HangWatch:
+    """One rank's watch for a hang, beaten by its heartbeat thread: how long since its last progress
+    (a step, a printed line), where its main thread is once that passes the stall limit, and whether
+    peers wait for it."""
+
+    def __init__(self, stall_after_s: float | None = None):
+        self.limit = StallLimit(stall_after_s)
+        self.found: Stuck | None = None
+        self.named = False
+        """This rank was named hung already (once per attempt)."""
+        self._marker: tuple[int, int] = (-1, -1)
+        self._since = 0.0
+
+    def beat(self, step: int, output_lines: int, now: float) -> Stuck | None:
+        """Note progress; where the main thread is stuck, once it has made none for the limit."""
+        self.limit.saw_step(step, now)
+        if (step, output_lines) != self._marker:
+            self._marker, self._since = (step, output_lines), now
+        self.found = stuck(now - self._since, self.limit, main_frame())
+        return self.found
+
+    def fields(self) -> dict[str, object]:
+        """What the rank's status file says of it: stuck where, waiting in a collective or not."""
+        if self.found is None:
+            return {"waiting": False}
+        return {"waiting": self.found.waiting, "where": self.found.where, "stuck_s": round(self.found.silent_s, 1)}
+
+
+def stack_text(frame: FrameType | None) -> str:
+    """The main thread's stack where it is stuck, the user's frames (and what they called) only."""
+    import traceback
+
+    from workbench.engine.userframes import user_stack
+
+    if frame is None:
+        return ""
+    return "Stack (most recent call last):\n" + "".join(user_stack(traceback.extract_stack(frame)).format())
