@@ -48,7 +48,7 @@ def test_rank_frames_keep_the_newest_attempt_for_repeated_steps(tmp_path):
     for step in (1, 2, 3):
         writer.write({"rank": 0, "step": step, "loss": 1.0, "attempt": 0})
     frames = RankFrames(folder)
-    assert len(frames.poll()) == 3
+    assert frames.poll() == 3
     for step in (2, 3, 4):  # resumed from the checkpoint at step 1
         writer.write({"rank": 0, "step": step, "loss": 2.0, "attempt": 1})
     frames.poll()

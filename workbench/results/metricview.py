@@ -34,7 +34,7 @@ def add_derived(frame: pd.DataFrame, started: float | None, samples_per_step: in
         return frame
     frame = frame.copy()
     seconds = frame["time"].astype(float)
-    frame["wall_time"] = pd.to_datetime(seconds, unit="s", utc=True)
+    frame["wall_time"] = pd.to_datetime(seconds, unit="s", utc=True, errors="coerce")  # a time past 2262: NaT
     origin = started if started is not None else float(seconds.min())
     frame["elapsed_s"] = seconds - origin
     if samples_per_step and "step" in frame:

@@ -8,7 +8,7 @@ a line must hold to be a record, and what happens to one that does not, is workb
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +17,8 @@ from workbench.runfolder.records import ANY_OBJECT, MAX_LINE_BYTES, METRIC, Sche
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from workbench.runfolder.fold import Batch, RankRows
 
 
 class JsonlTail:
@@ -37,30 +39,40 @@ class JsonlTail:
         self.path = Path(path)
         self.schema = schema or ANY_OBJECT
         self.offset = 0
-        self.line = 0
-        """Complete lines consumed so far (the next line's number is line + 1)."""
+        self._line = 0
         self.skipped = 0
         """Damaged lines skipped so far."""
         self._in_long_line = False  # inside a line already over MAX_LINE_BYTES: skip to its end
 
+    @property
+    def line(self) -> int:
+        """Complete lines consumed so far (the next line's number is line + 1)."""
+        return self._line
+
     def read_new(self) -> list[dict[str, Any]]:
         records: list[dict[str, Any]] = []
+        self._read(lambda block, rest_of_long, damaged: records.extend(self._parse(block, rest_of_long, damaged)))
+        return records
+
+    def _read(self, take: Callable[[bytes, bool, list[tuple[int, str]]], None]) -> None:
+        """Hand every block of complete lines appended since the last poll to `take`, in order."""
         damaged: list[tuple[int, str]] = []
         try:
             with open(self.path, "rb") as fh:
-                while self._read_chunk(fh, records, damaged):
+                while self._read_chunk(fh, take, damaged):
                     pass
         except (FileNotFoundError, NotADirectoryError):
-            return records
+            return
         except OSError as exc:  # a folder in its place, no permission: nothing to read (said once)
             warn_damaged(self.path, [(0, f"unreadable: {exc.strerror}")], once_key=(str(self.path), exc.errno))
-            return records
-        self.skipped += len(damaged)
+            return
+        finally:
+            self.skipped += len(damaged)
         warn_damaged(self.path, damaged)
-        return records
 
-    def _read_chunk(self, fh: Any, records: list[dict[str, Any]], damaged: list[tuple[int, str]]) -> bool:
-        """Handle the complete lines of the next chunk; returns whether to read on."""
+    def _read_chunk(self, fh: Any, take: Callable[[bytes, bool, list[tuple[int, str]]], None],
+                    damaged: list[tuple[int, str]]) -> bool:
+        """Hand the complete lines of the next chunk to `take`; returns whether to read on."""
         fh.seek(self.offset)
         chunk = fh.read(self.CHUNK_BYTES)
         end = chunk.rfind(b"\n")
@@ -72,20 +84,96 @@ class JsonlTail:
                 return False
             self.offset += len(chunk)
             return len(chunk) == self.CHUNK_BYTES
-        lines = chunk[:end].split(b"\n")
-        if self._in_long_line:  # the end of the long line: already reported
+        rest_of_long, self._in_long_line = self._in_long_line, False  # its end: already reported
+        take(chunk if end + 1 == len(chunk) else chunk[:end + 1], rest_of_long, damaged)
+        self.offset += end + 1
+        return len(chunk) == self.CHUNK_BYTES
+
+    def _parse(self, block: bytes, rest_of_long: bool, damaged: list[tuple[int, str]]) -> list[dict[str, Any]]:
+        """The records of a block of complete lines, line by line (records.parse_line)."""
+        records = []
+        lines = block.split(b"\n")[:-1]
+        if rest_of_long:
             lines[0] = b""
-            self._in_long_line = False
         for line in lines:
-            self.line += 1
+            self._line += 1
             if line.strip(b" \t\r"):  # blank lines are no damage; a run of NULs is
                 record, why = parse_line(line, self.schema, self.MAX_LINE_BYTES)
                 if record is None:
-                    damaged.append((self.line, why))
+                    damaged.append((self._line, why))
                 else:
                     records.append(record)
-        self.offset += end + 1
-        return len(chunk) == self.CHUNK_BYTES
+        return records
+
+
+class MetricTail(JsonlTail):
+    """A rank's metrics file read as columns (workbench.runfolder.fold.Batch): a block of clean lines
+    through the columnar reader (workbench.runfolder.fastjson), a block it cannot vouch for in pieces
+    of SUB_BLOCK_BYTES, and a piece it cannot vouch for line by line, as JsonlTail reads every line.
+    Lines are counted only where a line's number is needed (a damaged line is named)."""
+
+    CHUNK_BYTES = 16 << 20
+    SUB_BLOCK_BYTES = 256 << 10
+
+    def __init__(self, path: Path):
+        super().__init__(path, METRIC)
+        self._counted_to = 0  # self._line counts the lines before this offset
+
+    @property
+    def line(self) -> int:
+        self._count_lines(self.offset)
+        return self._line
+
+    def read_batches(self) -> list[Batch]:
+        """What was appended since the last poll, as batches in the order written."""
+        from workbench.runfolder.fastjson import read_block
+
+        batches: list[Batch] = []
+
+        def take(block: bytes, rest_of_long: bool, damaged: list[tuple[int, str]]) -> None:
+            batch = None if rest_of_long else read_block(block, self.MAX_LINE_BYTES)
+            if batch is not None:
+                batches.append(batch)
+            else:
+                self._take_in_pieces(block, rest_of_long, damaged, batches)
+
+        self._read(take)
+        return batches
+
+    def _take_in_pieces(self, block: bytes, rest_of_long: bool, damaged: list[tuple[int, str]],
+                        batches: list[Batch]) -> None:
+        from workbench.runfolder.fastjson import read_block
+        from workbench.runfolder.fold import from_records
+
+        start = 0
+        while start < len(block):
+            end = block.find(b"\n", min(start + self.SUB_BLOCK_BYTES, len(block)) - 1) + 1
+            piece = block[start:end]
+            first = rest_of_long and not start
+            batch = None if first or len(piece) == len(block) else read_block(piece, self.MAX_LINE_BYTES)
+            if batch is None:
+                self._count_lines(self.offset + start)
+                records = self._parse(piece, first, damaged)
+                self._counted_to = self.offset + end
+                batch = from_records(records) if records else None
+            if batch is not None:
+                batches.append(batch)
+            start = end
+
+    def _count_lines(self, upto: int) -> None:
+        """Count the lines between the last counted offset and `upto` (read back from the file)."""
+        if upto <= self._counted_to:
+            return
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self._counted_to)
+                left = upto - self._counted_to
+                while left > 0 and (data := fh.read(min(left, self.CHUNK_BYTES))):
+                    self._line += data.count(b"\n")
+                    left -= len(data)
+        except OSError:
+            pass
+        self._counted_to = upto
 
 
 class MultiTail:
@@ -115,95 +203,85 @@ class MultiTail:
 
 
 class FrameMap(Mapping[int, "pd.DataFrame"]):
-    """rank -> that rank's rows as a DataFrame, built only when asked for (and kept until the rank's
-    next records): a poll of 64 ranks appends to numpy columns and makes no DataFrame, and the status
-    reads only the columns it needs (`column`)."""
+    """rank -> that rank's rows (workbench.runfolder.fold.RankRows: one per step, the fold of its
+    records) as a DataFrame, built only when asked for (and kept until the rank's next records): a
+    poll of 64 ranks makes no DataFrame, and the status reads only the columns it needs (`column`)."""
 
     def __init__(self) -> None:
         self._frames: dict[int, pd.DataFrame] = {}
-        self._stores: dict[int, Columns | None] = {}
+        self.rows: dict[int, RankRows] = {}
 
     def __getitem__(self, rank: int) -> pd.DataFrame:
         frame = self._frames.get(rank)
         if frame is None:
-            store = self._stores.get(rank)
-            if store is None:
-                raise KeyError(rank)
-            frame = self._frames[rank] = store.frame()
+            import pandas as pd
+
+            frame = self._frames[rank] = pd.DataFrame(self.rows[rank].columns(), copy=False)
         return frame
 
     def __iter__(self) -> Iterator[int]:
-        return iter(sorted(self._stores))
+        return iter(sorted(self.rows))
 
     def __len__(self) -> int:
-        return len(self._stores)
+        return len(self.rows)
 
     def column(self, rank: int, name: str) -> Any:
-        """One column of a rank's rows as a numpy array (a view, no copy, where the rank is stored
-        as columns); None if the rank has no such column."""
-        store = self._stores.get(rank)
-        if store is not None:
-            return store.arrays[name][:store.n] if name in store.arrays else None
-        frame = self._frames.get(rank)
-        return frame[name].to_numpy() if frame is not None and name in frame else None
+        """One column of a rank's rows as a numpy array (a view, no copy); None if the rank has no
+        such column."""
+        rows = self.rows.get(rank)
+        return None if rows is None else rows.column(name)
 
-    def add(self, rank: int, records: list[dict[str, Any]]) -> None:
-        """Append a rank's new records: in place where they fit its columns, else the general way."""
-        import pandas as pd
+    def add(self, rank: int, batch: Batch) -> None:
+        """Fold a rank's new records (in the order written) into its rows."""
+        from workbench.runfolder.fold import RankRows
 
-        store = self._stores.get(rank)
-        if store is not None and store.append(records):
-            self._frames.pop(rank, None)
-            return
-        frame = _extend(self[rank] if rank in self._stores else None, pd.DataFrame.from_records(records))
-        self._frames[rank], self._stores[rank] = frame, Columns.of(frame)
+        self.rows.setdefault(rank, RankRows()).add(batch)
+        self._frames.pop(rank, None)
 
-    def thinned(self, rank: int, max_points: int | None) -> dict[str, Any] | None:
-        """A rank's columns (at most max_points evenly spaced rows, always with the last) as numpy
-        arrays, or None where the rank is not stored as columns."""
-        store = self._stores.get(rank)
-        if store is None:
-            return None
-        rows = thin_slice(store.n, max_points)
-        return {c: a[rows] for c, a in store.arrays.items()}
+    def thinned(self, rank: int, max_points: int | None) -> dict[str, Any]:
+        """A rank's columns (at most max_points evenly spaced rows, always with the last) as numpy arrays."""
+        rows = self.rows[rank]
+        keep = thin_slice(rows.n, max_points)
+        return {name: values[keep] for name, values in rows.columns().items()}
 
 
 class RankFrames:
-    """One growing DataFrame per rank of a folder of rank{R}.jsonl metrics files (records cleaned by
-    workbench.runfolder.records.METRIC); a poll reads only what was appended.  When a requeued attempt trains
-    steps again, the newest attempt's rows win."""
+    """One growing table per rank of a folder of rank{R}.jsonl metrics files (records cleaned by
+    workbench.runfolder.records.METRIC, folded by workbench.runfolder.fold: one row per step, the
+    records of a step merged, a later attempt replacing the steps it trained again); a poll reads
+    only what was appended."""
 
     def __init__(self, folder: Path):
         self.folder = Path(folder)
-        self.tails: dict[int, JsonlTail] = {}
+        self.tails: dict[int, MetricTail] = {}
         self.frames = FrameMap()
         self.records = 0
+        """Records read so far (every rank; several records of one step count each)."""
         self.version = 0
         """Bumped whenever new records arrive."""
         self.skipped = 0
         """Damaged lines skipped, every rank (each was named in a DamagedFileWarning)."""
         self._lock = threading.Lock()
 
-    def poll(self) -> list[dict[str, Any]]:
-        """Read what every rank appended since the last poll; returns the new records."""
+    def poll(self) -> int:
+        """Read what every rank appended since the last poll; returns how many records that was."""
         with self._lock:  # a dashboard thread and notebook cells may poll together
             return self._poll()
 
-    def _poll(self) -> list[dict[str, Any]]:
+    def _poll(self) -> int:
         if self.folder.is_dir():
             for path in self.folder.glob(RANK_JSONL):
                 rank = rank_of(path)
-                if rank is not None:
-                    self.tails.setdefault(rank, JsonlTail(path, METRIC))
-        new: list[dict[str, Any]] = []
+                if rank is not None and rank not in self.tails:
+                    self.tails[rank] = MetricTail(path)
+        new = 0
         for rank, tail in sorted(self.tails.items()):
-            records = tail.read_new()
-            if records:
-                self.frames.add(rank, records)
-                new.extend(records)
+            for batch in tail.read_batches():
+                self.frames.add(rank, batch)
+                new += len(batch)
         self.skipped = sum(tail.skipped for tail in self.tails.values())
         if new:
-            self.records += len(new)
+            self.records += new
             self.version += 1
         return new
 
@@ -218,93 +296,57 @@ class RankFrames:
 
     def frame(self, max_points: int | None = None) -> pd.DataFrame:
         """Every rank's rows (at most max_points per rank, evenly spaced), sorted by step then rank."""
-        import numpy as np
         import pandas as pd
 
         with self._lock:
-            ranks = list(self.frames)
-            found = [self.frames.thinned(rank, max_points) for rank in ranks]
-            parts = [p for p in found if p is not None]
-            if parts and len(parts) == len(found) and all(p.keys() == parts[0].keys() for p in parts):
-                columns = {c: np.concatenate([p[c] for p in parts]) for c in parts[0]}
-                order = np.lexsort((columns["rank"], columns["step"]))  # every metrics record has both
-                return pd.DataFrame({c: v[order] for c, v in columns.items()})
-            frames = [self.frames[rank] for rank in ranks]
-        parts_df = [thin(f, max_points) if max_points else f for f in frames]
-        if not parts_df:
-            return pd.DataFrame()
-        frame = pd.concat(parts_df, ignore_index=True)
-        return frame.sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
+            parts = [self.frames.thinned(rank, max_points) for rank in self.frames]
+        return pd.DataFrame(merged_columns(parts), copy=False)
 
 
-class Columns:
-    """One rank's rows as growable numpy columns (capacity doubles), so appending a poll's few records
-    costs what they cost, not a copy of the rank's whole history (pandas' concat copies it); `frame()`
-    is a DataFrame over them without a copy.  Only for numeric columns and records that arrive in
-    step order with the same fields; anything else (a requeue's repeated steps, a new field, text)
-    goes the general way (`_extend`)."""
-
-    def __init__(self, frame: pd.DataFrame):
-        self.n = len(frame)
-        self.arrays = {str(c): _grown(frame[c].to_numpy(), max(1024, 2 * self.n)) for c in frame.columns}
-
-    @classmethod
-    def of(cls, frame: pd.DataFrame) -> Columns | None:
-        numeric = all(getattr(t, "kind", "O") in "biuf" for t in frame.dtypes)
-        return cls(frame) if numeric and "step" in frame and len(frame) else None
-
-    def append(self, records: list[dict[str, Any]]) -> bool:
-        """Add `records` in place; False (nothing changed) if they do not fit the fast way."""
-        import numpy as np
-
-        names = self.arrays.keys()
-        if any(record.keys() != names for record in records):
-            return False
-        columns = {c: np.array([record[c] for record in records]) for c in names}
-        if any(columns[c].dtype.kind != a.dtype.kind for c, a in self.arrays.items()):
-            return False  # e.g. a float where the column holds whole numbers
-        steps = columns["step"]
-        if not (steps[0] > self.arrays["step"][self.n - 1] and (len(steps) < 2 or (steps[1:] > steps[:-1]).all())):
-            return False
-        end = self.n + len(records)
-        if end > len(self.arrays["step"]):
-            self.arrays = {c: _grown(a[:self.n], 2 * end) for c, a in self.arrays.items()}
-        for c, a in self.arrays.items():
-            a[self.n:end] = columns[c]
-        self.n = end
-        return True
-
-    def frame(self) -> pd.DataFrame:
-        import pandas as pd
-
-        return pd.DataFrame({c: a[:self.n] for c, a in self.arrays.items()}, copy=False)
-
-
-def _grown(values: Any, capacity: int) -> Any:
+def merged_columns(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several ranks' columns (in rank order) as one table sorted by step, then rank; a rank lacking
+    a column has it missing there."""
     import numpy as np
 
-    out = np.empty(capacity, dtype=values.dtype)
-    out[:len(values)] = values
-    return out
+    from workbench.runfolder.fold import Batch, concat
+
+    parts = [part for part in parts if len(part.get("step", ()))]
+    if not parts:
+        return {}
+    if _same_steps(parts):  # the usual run: every rank logged the same steps; interleave, no sort
+        k = len(parts)
+        out = {}
+        for name, dtype in _common_dtypes(parts).items():
+            values = out[name] = np.empty(k * len(parts[0]["step"]), dtype=dtype)
+            for i, part in enumerate(parts):
+                values[i::k] = part[name] if name in part else _missing_cell(dtype)
+        return out
+    table = concat([Batch(part, dict.fromkeys(part)) for part in parts]).values
+    order = np.lexsort((table["rank"], table["step"]))
+    return {name: values[order] for name, values in table.items()}
 
 
-def _extend(old: pd.DataFrame | None, new: pd.DataFrame) -> pd.DataFrame:
-    """Append a rank's new rows; where steps repeat (a resumed run), the newest attempt wins."""
-    import pandas as pd
+def _same_steps(parts: list[dict[str, Any]]) -> bool:
+    """Every part has the same steps, and one rank each, in increasing order."""
+    import numpy as np
 
-    if old is None or len(old) == 0:
-        old = None
-    frame = new if old is None else pd.concat([old, new], ignore_index=True)
-    if "step" not in new or not len(new):
-        return frame.reset_index(drop=True)
-    steps = new["step"]
-    after = old is None or steps.iloc[0] > old["step"].iloc[-1]
-    in_order = steps.is_monotonic_increasing and steps.is_unique and after
-    if not in_order:
-        if "attempt" in frame:
-            frame = frame.sort_values("attempt", kind="stable")
-        frame = frame.drop_duplicates("step", keep="last").sort_values("step", kind="stable")
-    return frame.reset_index(drop=True)
+    steps, ranks = parts[0]["step"], [part["rank"] for part in parts]
+    if not all(len(p["step"]) == len(steps) and np.array_equal(p["step"], steps) for p in parts[1:]):
+        return False
+    firsts = [r[0] for r in ranks]
+    return all(r.dtype.kind == "i" for r in ranks) and all(a < b for a, b in zip(firsts, firsts[1:])) and all(
+        (r == r[0]).all() for r in ranks)
+
+
+def _common_dtypes(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    from workbench.runfolder.fold import common_dtype
+
+    names = dict.fromkeys(name for part in parts for name in part)
+    return {name: common_dtype([part.get(name) for part in parts]) for name in names}
+
+
+def _missing_cell(dtype: Any) -> Any:
+    return None if dtype.kind == "O" else float("nan")
 
 
 def to_frame(records: list[dict[str, Any]], sort_by: Iterable[str] = ()) -> pd.DataFrame:

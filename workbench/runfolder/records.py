@@ -153,6 +153,18 @@ META = Schema(
 ANY_OBJECT = Schema("JSON object", others=_anything, strict=())
 
 
+def clean_text(value: str) -> str | None:
+    """Text as a record keeps it (control characters shown escaped), or None if it is not valid Unicode."""
+    ok, cleaned = _text(value)
+    return cleaned if ok else None
+
+
+def whole_fields(schema: Schema) -> set[str]:
+    """The fields of `schema` that must be whole numbers (rank, step, epoch, attempt for metrics)."""
+    checks = {**schema.required, **schema.typed}
+    return {name for name, check in checks.items() if check in (_whole, _rank)}
+
+
 def clean(obj: Any, schema: Schema) -> tuple[dict[str, Any] | None, str]:
     """The record `obj` as the schema accepts it (wrong-typed fields dropped), or (None, why)."""
     if type(obj) is not dict:
