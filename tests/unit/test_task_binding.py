@@ -109,3 +109,17 @@ def test_a_named_factory_is_imported_and_bound(tmp_path, monkeypatch):
 def test_script_and_function_jobs_have_no_factory_to_bind():
     assert named_task_problem("<script train>", {"anything": 1}) is None
     assert named_task_problem("<function train>", {}) is None
+
+
+def test_submit_refuses_before_any_folder_or_process_is_made(tmp_path, monkeypatch):
+    import workbench
+
+    cfg = JobConfig.from_yaml(QUICKSTART).replace(launch__run_root=str(tmp_path / "runs"))
+    with pytest.raises(ConfigError, match=r"needs_width\(\) needs width"):
+        workbench.submit(cfg, task=needs_width)
+    (tmp_path / "first_contact_named.py").write_text("def make(width):\n    return None\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "first_contact_named", raising=False)
+    with pytest.raises(ConfigError, match=r"make\(\) does not take n_train, n_val, dim, hidden"):
+        workbench.submit(cfg.replace(task__name="first_contact_named:make"))
+    assert not (tmp_path / "runs").exists()
