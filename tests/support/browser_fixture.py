@@ -111,7 +111,9 @@ class JupyterLab:
         return f"http://127.0.0.1:{self.port}"
 
     def url(self, notebook: str) -> str:
-        return f"{self.base_url}/lab/tree/{notebook}?token={self.token}"
+        """The notebook in a workspace of its own: the tabs another test opened on this (shared)
+        server are not restored beside it (their cells would match the test's locators)."""
+        return f"{self.base_url}/lab/workspaces/t{secrets.token_hex(6)}/tree/{notebook}?token={self.token}"
 
     def log_tail(self, chars: int = 3000) -> str:
         try:
