@@ -12,6 +12,7 @@ what ``workbench show`` and its dashboard say.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
@@ -135,9 +136,7 @@ def compare(items: RunLike | Iterable[RunLike], x: str = "samples", smooth: floa
     ("samples" seen, "step" or "elapsed_s"), smoothed (raw faint behind), and under them the config
     fields that differ.  Comparing by samples seen asks the scaling guides' question: does the run at
     4 ranks (and 4x the batch) converge like the 1-rank run per sample?"""
-    from matplotlib.figure import Figure
-
-    from workbench.results.plots import RANK_COLOURS, PlotOptions, theme_rc
+    from workbench.results.plots import RANK_COLOURS, PlotOptions, ShownFigure, theme_rc
 
     found = as_runs(items)
     names = list(labels) if labels is not None else [run.folder.name for run in found]
@@ -146,7 +145,7 @@ def compare(items: RunLike | Iterable[RunLike], x: str = "samples", smooth: floa
     diff = config_diff(found)
     opts = PlotOptions(smooth=smooth, theme=theme)
     with theme_rc(theme):
-        fig = Figure(figsize=(11.0, 3.4 + 0.22 * (len(diff) + 2)), layout="constrained")
+        fig = ShownFigure(figsize=(11.0, 3.4 + 0.22 * (len(diff) + 2)), layout="constrained")  # shows itself
         grid = fig.add_gridspec(2, 1 + len(metrics), height_ratios=[3.4, 0.22 * (len(diff) + 2)])
         loss_ax = fig.add_subplot(grid[0, 0])
         for i, (name, (frame, _)) in enumerate(zip(names, data)):
@@ -190,11 +189,26 @@ def _diff_table(ax: Any, diff: pd.DataFrame, names: Sequence[str]) -> None:
         ax.set_title("config: no field differs", loc="left")
         return
     cells = [[_short(v) for v in row] for row in diff.to_numpy()]
-    table = ax.table(cellText=cells, rowLabels=list(diff.index), colLabels=[_short(n, 28) for n in names],
+    headers = [wrap_name(n, max(12, 90 // max(1, len(names)))) for n in names]  # whole names, never cut
+    table = ax.table(cellText=cells, rowLabels=list(diff.index), colLabels=headers,
                      loc="upper center", cellLoc="center")
     table.auto_set_font_size(False)
     table.set_fontsize(9)
+    lines = max(h.count("\n") + 1 for h in headers)
+    for col in range(len(headers)):  # a header of several lines gets their height
+        table[0, col].set_height(table[0, col].get_height() * lines)
     ax.set_title("config fields that differ", loc="left")
+
+
+def wrap_name(name: str, width: int) -> str:
+    """`name` on lines of at most `width` characters, broken after a '-', '_' or '.' only (a part
+    longer than `width` keeps its own line whole): a run name is never cut."""
+    lines = [""]
+    for part in re.findall(r"[^-_.]+[-_.]?|[-_.]", name):
+        if lines[-1] and len(lines[-1]) + len(part) > width:
+            lines.append("")
+        lines[-1] += part
+    return "\n".join(lines)
 
 
 def _short(value: Any, width: int = 18) -> str:
