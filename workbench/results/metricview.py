@@ -32,7 +32,7 @@ def add_derived(frame: pd.DataFrame, started: float | None, samples_per_step: in
 
     if not len(frame) or "time" not in frame:
         return frame
-    frame = frame.copy()
+    frame = frame.copy(deep=False)  # new columns on a shallow copy: the caller's frame is untouched, nothing copied
     seconds = frame["time"].astype(float)
     frame["wall_time"] = pd.to_datetime(seconds, unit="s", utc=True, errors="coerce")  # a time past 2262: NaT
     origin = started if started is not None else float(seconds.min())
