@@ -14,7 +14,7 @@ from tests.support import REPO
 from workbench.cli import main
 from workbench.cli.commands import load_config
 from workbench.cli.parser import _parser
-from workbench.cli.printing import ProgressPrinter, _num, cadence, next_steps, table_for_people
+from workbench.cli.printing import ProgressPrinter, _num, cadence, next_steps, summary_line, table_for_people
 from workbench.config import JobConfig
 from workbench.errors import ConfigError
 from workbench.launch.executors import slurm_failure
@@ -108,6 +108,10 @@ def test_numbers_and_tables_are_for_people():
                          index=pd.Index([0, 1], name="rank"))
     text = table_for_people(table)
     assert "13,408" in text and "13407.884900" not in text and "0.03238" in text and "316" in text, text
+    status = pd.DataFrame({"rank": [0], "state": ["finished"], "heartbeat_age_s": [3199.91234], "pid": [25724]})
+    assert table_for_people(status, index=False).splitlines()[1].split() == ["0", "finished", "3200", "25724"]
+    summary = {"steps": 192, "stop_reason": "max_steps", "last_eval": {"val_loss": 0.07401307680993341}}
+    assert summary_line(summary) == "[workbench] summary: 192 steps (max_steps), val_loss 0.07401 (last evaluation)"
 
 
 def test_the_next_steps_line_names_the_folder_as_this_shell_can(tmp_path, monkeypatch):

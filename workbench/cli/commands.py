@@ -7,7 +7,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from workbench.cli.printing import _print_failure, follow, per_rank_table, print_history, table_for_people
+from workbench.cli.printing import (
+    _print_failure,
+    follow,
+    per_rank_table,
+    print_history,
+    summary_line,
+    table_for_people,
+)
 from workbench.config.scaling import parse_world_sizes
 from workbench.config.sections import JobConfig, flatten
 from workbench.errors import ConfigError
@@ -174,7 +181,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     run = Run.load(args.run_dir)
     status = run.status()
     print(f"run {run.folder}: {status.progress_line()}")
-    print(status.frame().to_string(index=False))
+    print(table_for_people(status.frame(), index=False))
     frame = run.metrics()
     if len(frame):
         from workbench.results.analysis import format_report
@@ -185,7 +192,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if status.state == "failed":
         _print_failure(run)
     elif status.state == "finished":
-        print(run.result())
+        print(summary_line(run.result()))
     return 0 if status.state != "failed" else 1
 
 

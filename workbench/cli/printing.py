@@ -160,13 +160,24 @@ FORMATS = {"step": "{:,.0f}", "final_loss": "{:.4g}", "step_time_s": "{:.4f}", "
 """How each column of the per-rank table is shown; another float column gets 4 significant digits."""
 
 
-def table_for_people(table: Any) -> str:
-    """A per-rank table with numbers formatted for reading (no 13407.884900)."""
+def table_for_people(table: Any, index: bool = True) -> str:
+    """A table with its numbers formatted for reading (no 13407.884900): the per-rank columns as
+    FORMATS says, other float columns to 4 significant digits, the rest as they are."""
     def shown(column: str) -> Any:
         pattern = FORMATS.get(column, "{:.4g}")
-        return lambda value: "" if value != value else pattern.format(value)
+        return lambda value: "" if value != value else (
+            pattern.format(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else str(value))
 
-    return str(table.to_string(formatters={c: shown(str(c)) for c in table.columns}))
+    numeric = [c for c in table.columns if str(c) in FORMATS or table[c].dtype.kind == "f"]
+    return str(table.to_string(index=index, formatters={c: shown(str(c)) for c in numeric}))
+
+
+def summary_line(summary: dict[str, Any]) -> str:
+    """Rank 0's summary of a finished run in one line, its numbers for people."""
+    evals = summary.get("last_eval") or {}
+    parts = [f"{summary.get('steps')} steps ({summary.get('stop_reason', 'finished')})",
+             *(f"{name} {_num(value)}" for name, value in evals.items())]
+    return "[workbench] summary: " + ", ".join(parts) + (" (last evaluation)" if evals else "")
 
 
 class ProgressPrinter:
