@@ -138,6 +138,10 @@ def test_the_shell_commands_run_as_written(leaves_nothing, tmp_path: Path):
     out = "\n".join(done.stdout for done in ran)
     run = re.search(r"\[workbench\] run folder: (\S+)", out)
     assert run, out
+    progress = re.findall(r"^  step +(\d+)/(\d+) \| loss [^|]*\(rank 0 [^|]*, rank 1 [^|]*\) \|", out, re.M)
+    steps = [int(step) for step, _ in progress]
+    assert steps and steps[-1] == int(progress[-1][1]), out  # the last line is the last step
+    assert all(step % 10 == 0 for step in steps[:-1]) and steps == sorted(set(steps)), steps  # every 10 steps
     nexts = re.search(r"next: `workbench show (\S+)`", out)
     assert nexts and (REPO / nexts[1]).resolve() == Path(run[1]), out  # what it says to type works from here
     for what in TABLE.values():

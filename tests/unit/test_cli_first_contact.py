@@ -100,6 +100,19 @@ def test_progress_lines_come_every_n_steps_with_every_rank_at_that_step(tmp_path
     assert [line.split(" |")[0] for line in poll(final=True)] == ["  step 23/60"]  # the last step all ranks reached
 
 
+def test_a_script_without_a_known_total_gets_a_line_every_few_seconds(tmp_path):
+    cfg = JobConfig.from_dict({"dist": {"procs_per_node": 2}, "launch": {"run_root": str(tmp_path)}})
+    run_dir = RunDir(tmp_path / "run").prepare(cfg, "local")
+    writer = JsonlWriter(run_dir.metrics(0))  # a script that logs on rank 0 only
+    for step in range(1, 8):
+        writer.write({"rank": 0, "step": step, "time": time.time(), "loss": 0.5})
+    writer.close()
+    run, printer = Run(run_dir.root), ProgressPrinter()
+    run.metric_frames.poll()
+    assert printer.due(run, 100.0, final=False) == []  # waits a little for the other rank
+    assert printer.due(run, 100.0 + printer.script_every_s, final=False) == [7]
+
+
 def test_numbers_and_tables_are_for_people():
     assert [_num(v) for v in (13407.8849, 0.034512, 2.0, 192, 3.5e-05, "x")] == ["13,408", "0.03451", "2", "192",
                                                                                  "3.5e-05", "x"]

@@ -182,16 +182,17 @@ def summary_line(summary: dict[str, Any]) -> str:
 
 class ProgressPrinter:
     """One line for all ranks at an even cadence, each rank's values at the same step: every
-    `every_steps` steps (chosen from the run's total so a run prints about 20 lines), or every `every_s`
-    seconds where the total is unknown (a script) or the next multiple is slow to come; the last
-    step when the run ends (`final`)."""
+    `every_steps` steps (chosen from the run's total so a run prints about 20 lines), else every
+    `every_s` seconds while the next multiple is slow to come, and every `script_every_s` seconds where
+    the total is unknown (a script); the last step when the run ends (`final`)."""
 
     KNOWN = ("loss", "loss_reduced", "lr", "samples_per_s", "step_time_s", "comm_wait_s", "mem_mb")
     HIDDEN = {"rank", "step", "time", "epoch", "attempt", "data_time_s", "comm_busy_s", *KNOWN}
 
     def __init__(self, quiet: bool = False, every_s: float = 10.0, ranks: str | None = None,
-                 every_steps: int | None = None):
+                 every_steps: int | None = None, script_every_s: float = 2.0):
         self.quiet, self.every_s, self.ranks, self.every_steps = quiet, every_s, ranks, every_steps
+        self.script_every_s = script_every_s
         self.output: Any = None
         self.total: int | None = None
         self.printed_step = 0
@@ -213,7 +214,7 @@ class ProgressPrinter:
 
     def due(self, run: Any, now: float, final: bool) -> list[int]:
         """The steps to print now: each multiple of every_steps every logging rank has passed, else the
-        step they all reached when every_s has passed since the last line (or the run ended)."""
+        step they all reached once the wait has passed since the last line (or the run ended)."""
         frames = run.metric_frames.frames
         lasts = [int(steps[-1]) for rank in frames if (steps := frames.column(rank, "step")) is not None
                  and len(steps)]
@@ -221,14 +222,15 @@ class ProgressPrinter:
             return []
         if not self.first_seen:
             self.first_seen = self.printed_at = now  # seconds count from the first record
-        if len(lasts) < run.world_size and not final and now - self.first_seen < self.every_s:
+        every = self.every_steps
+        wait_s = self.every_s if every else self.script_every_s
+        if len(lasts) < run.world_size and not final and now - self.first_seen < wait_s:
             return []  # a rank has not logged yet: wait a little for it, so the line has every rank
         reached = min(lasts)
         if reached <= self.printed_step:
             return []
-        every = self.every_steps
         steps = list(range((self.printed_step // every + 1) * every, reached + 1, every)) if every else []
-        if not steps and (final or now - self.printed_at >= self.every_s):
+        if not steps and (final or now - self.printed_at >= wait_s):
             steps = [reached]
         elif final and steps[-1] != reached:
             steps.append(reached)
