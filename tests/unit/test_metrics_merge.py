@@ -10,7 +10,6 @@ lines written here."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -37,7 +36,7 @@ from workbench.runfolder.writer import JsonlWriter
 pytestmark = pytest.mark.timeout(300)
 EXAMPLES = int(os.environ.get("WORKBENCH_FUZZ_EXAMPLES", "80"))
 DERIVED = {"wall_time", "elapsed_s", "samples"}
-SMALL = {"MAX_LINE_BYTES": 300, "CHUNK_BYTES": 1000, "SUB_BLOCK_BYTES": 200}
+SMALL = {"MAX_LINE_BYTES": 300, "CHUNK_BYTES": 1000, "SUB_BLOCK_BYTES": 200, "COLUMNAR_MIN_BYTES": 0}
 """Tail sizes that make a few records cross chunk, piece and line-length limits."""
 
 DAMAGED = [
@@ -235,10 +234,9 @@ def _named_lines(caught: list[warnings.WarningMessage]) -> set[tuple[str, int]]:
 def test_metrics_are_the_plain_fold_of_every_line_whatever_was_written(tmp_path_factory, events, small):
     root = tmp_path_factory.mktemp("runs")
     run_dir = _run_folder(root / "run")
-    sizes = SMALL if small else {}
+    sizes = SMALL if small else {"COLUMNAR_MIN_BYTES": 0}  # every block tries the columnar path
     max_bytes = sizes.get("MAX_LINE_BYTES", records.MAX_LINE_BYTES)
-    patched = mock.patch.multiple(MetricTail, **sizes) if sizes else contextlib.nullcontext()
-    with patched, warnings.catch_warnings(record=True) as caught:
+    with mock.patch.multiple(MetricTail, **sizes), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", DamagedFileWarning)
         live = Run(run_dir.root)  # one handle polled as the dashboard polls it
         _play(events, run_dir, live, max_bytes)
@@ -283,6 +281,7 @@ def test_the_columnar_path_and_the_line_rule_give_the_same_frame(tmp_path, monke
     same file read line by line (the fast path switched off)."""
     from workbench.runfolder import fastjson
 
+    monkeypatch.setattr(MetricTail, "COLUMNAR_MIN_BYTES", 0)
     folder = tmp_path / "metrics"
     writer = JsonlWriter(folder / "rank0.jsonl")
     for step in range(1, 301):
@@ -306,9 +305,22 @@ def test_each_odd_line_among_clean_records_reads_as_the_line_rule_says(tmp_path,
     clean = b"".join(json.dumps({"rank": 0, "step": s, "time": 1e9 + s, "loss": 0.5, "w": 0.25}).encode() + b"\n"
                      for s in range(1, 6))
     _append(run_dir.metrics(0), clean + line + b"\n" + clean.replace(b'"loss"', b'"lr"'))
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), mock.patch.object(MetricTail, "COLUMNAR_MIN_BYTES", 0):
         warnings.simplefilter("ignore", DamagedFileWarning)
         run = Run(run_dir.root)
         _check(run, run_dir.folder("metrics"), records.MAX_LINE_BYTES)
     damaged = [n for n, record in _reference_lines(run_dir.metrics(0), records.MAX_LINE_BYTES) if record is None]
     assert run.metric_frames.skipped == len(damaged)
+
+
+def test_without_polars_every_block_is_read_line_by_line(tmp_path, monkeypatch):
+    import sys
+
+    run_dir = _run_folder(tmp_path / "run")
+    writer = JsonlWriter(run_dir.metrics(0))
+    for step in range(1, 2001):
+        writer.write({"rank": 0, "step": step, "time": 1e9 + step, "loss": 1.0 / step})
+    writer.close()
+    monkeypatch.setitem(sys.modules, "polars", None)  # as if it were not installed: import polars fails
+    frame = Run(run_dir.root).metrics()
+    assert frame["step"].tolist() == list(range(1, 2001)) and frame["loss"].iloc[-1] == 1 / 2000

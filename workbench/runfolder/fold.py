@@ -51,6 +51,9 @@ class Batch:
 
 def from_records(records: list[dict[str, Any]]) -> Batch:
     """Cleaned records (workbench.runfolder.records.METRIC: every one has rank and step) as a Batch."""
+    keys = records[0].keys()
+    if all(record.keys() == keys for record in records):  # the usual block: every record has the same fields
+        return Batch({name: _array([record[name] for record in records], None) for name in keys}, dict.fromkeys(keys))
     names = dict.fromkeys(key for record in records for key in record)
     values: dict[str, np.ndarray] = {}
     present: dict[str, np.ndarray | None] = {}
@@ -62,17 +65,22 @@ def from_records(records: list[dict[str, Any]]) -> Batch:
     return Batch(values, present)
 
 
-def _array(cells: list[Any], mask: np.ndarray) -> np.ndarray:
-    """A column holding `cells` where `mask` is set (missing elsewhere): int64, float64, bool or object."""
-    types = {type(cell) for cell in cells}
+def _array(cells: list[Any], mask: np.ndarray | None) -> np.ndarray:
+    """A column holding `cells` where `mask` is set (every row: None; missing elsewhere): int64,
+    float64, bool or object."""
+    types = set(map(type, cells))
     kind = "i" if types <= {int} else "f" if types <= {int, float} else "b" if types == {bool} else "O"
-    out = _missing(len(mask), _dtype({kind}, not mask.all()))
+    dtype = _dtype({kind}, mask is not None and not mask.all())
+    if mask is None and dtype.kind != "O":
+        return np.array(cells, dtype=dtype)
+    out = _missing(len(cells) if mask is None else len(mask), dtype)
+    rows = slice(None) if mask is None else mask
     if out.dtype == object:
         held = np.empty(len(cells), dtype=object)
         held[:] = cells
-        out[mask] = held
+        out[rows] = held
     else:
-        out[mask] = cells
+        out[rows] = cells
     return out
 
 
