@@ -1,12 +1,19 @@
 """Run history and comparison over run folders written as the ranks write them (no processes)."""
 from __future__ import annotations
 
+from pathlib import Path
+
+import numpy as np
 import pandas as pd
 import pytest
 
 import workbench
 from tests.support import REPO
 from tests.support.runs import write_run
+from workbench.config import JobConfig
+from workbench.results import history
+from workbench.runfolder.layout import RunDir, write_json_atomic
+from workbench.runfolder.writer import JsonlWriter
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -27,10 +34,12 @@ def test_runs_lists_every_run_folder_with_its_facts(tmp_path, monkeypatch):
     row = table.set_index("name").loc["two-ranks"]
     assert row["folder"] == str(two) and row["status"] == "failed" and row["world_size"] == 2
     assert row["effective_batch"] == 16 and row["lr"] == pytest.approx(2e-3) and row["rule"] == "linear"
+    assert row["lr_from"] == "scaled" and row["base_lr"] == pytest.approx(1e-3) and row["scaled_lr"] == row["lr"]
     assert row["steps"] == 40 and row["last_loss"] == pytest.approx(2.0 / 80 + 0.1)
     assert row["best_loss"] == pytest.approx(row["last_loss"]) and row["val_loss"] == pytest.approx(1 / 80)
     assert row["val_accuracy"] == pytest.approx(0.9) and row["duration_s"] == pytest.approx(39)
-    assert str(table["start"].dtype).startswith("datetime64")
+    assert str(table["start"].dtype).startswith("datetime64") and str(table["end"].dtype).startswith("datetime64")
+    assert row["loss_metric"] == "loss"
     monkeypatch.setenv("WORKBENCH_RUN_ROOT", str(tmp_path))
     assert workbench.runs()["folder"].tolist() == [str(one), str(two)]
     assert workbench.runs(tmp_path / "empty").empty
@@ -91,3 +100,75 @@ def test_runs_widget_lists_opens_and_compares(tmp_path):
     view.buttons["Resume"].click()
     assert "select one run" in view.message.value
 
+
+
+def _own_code_run(root, name: str, logged: dict, kind: str = "function", world: int = 2):
+    """A submit_fn (or script) run folder: the config's lr and batch are defaults the code never used."""
+    cfg = JobConfig.from_dict({"task": {"name": f"<{kind} train>"}, "dist": {"procs_per_node": world},
+                               "launch": {"run_root": str(root)}})
+    run = RunDir(root / name).prepare(cfg, "local", **{kind: "notebook.train"})
+    for rank in range(world):
+        writer = JsonlWriter(run.metrics(rank))
+        for step in range(1, 11):
+            writer.write({"rank": rank, "step": step, "time": 1e9 + step,
+                          **{k: (v(step) if callable(v) else v) for k, v in logged.items()}})
+        writer.close()
+        write_json_atomic(run.status(rank), {"rank": rank, "state": "finished", "step": 10, "time": 1e9 + 11})
+    write_json_atomic(run.summary, {"status": "finished", "steps": 10})
+    return run.root
+
+
+def test_a_function_run_shows_the_lr_it_logged_and_no_config_defaults(tmp_path):
+    _own_code_run(tmp_path, "logs-lr", {"train_loss": lambda s: 1.0 / s, "lr": lambda s: 0.02 * min(1, s / 5)})
+    _own_code_run(tmp_path, "logs-no-lr", {"train_loss": lambda s: 2.0 / s}, kind="script")
+    table = workbench.runs(tmp_path).set_index("name")
+    logged, silent = table.loc["logs-lr"], table.loc["logs-no-lr"]
+    assert logged["lr"] == pytest.approx(0.02) and logged["lr_from"] == "logged"  # its peak, not the default 0.002
+    assert pd.isna(logged["base_lr"]) and pd.isna(logged["scaled_lr"]) and pd.isna(logged["rule"])
+    assert pd.isna(logged["effective_batch"])  # its batches are its own: no config default of 64
+    assert pd.isna(silent["lr"]) and pd.isna(silent["lr_from"]) and pd.isna(silent["effective_batch"])
+    assert logged["loss_metric"] == "train_loss" and logged["last_loss"] == pytest.approx(0.1)
+    assert silent["best_loss"] == pytest.approx(0.2)
+
+
+def test_whole_numbers_are_integers_and_times_datetimes_even_beside_an_unreadable_folder(tmp_path):
+    write_run(tmp_path, "good", 2, "linear")
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "run.json").write_text("[]")
+    table = workbench.runs(tmp_path)
+    for column in history.WHOLE:
+        assert str(table[column].dtype) == "Int64", column
+    row = table.set_index("name").loc["good"]
+    assert row["steps"] == 40 and isinstance(row["steps"], (int, np.integer)) and not isinstance(row["steps"], float)
+    assert isinstance(row["start"], pd.Timestamp) and isinstance(row["end"], pd.Timestamp)
+    assert row["end"] - row["start"] == pd.Timedelta(seconds=row["duration_s"])
+
+
+def test_runs_folders_are_absolute_and_equal_run_folder_with_a_relative_root(tmp_path, monkeypatch):
+    from workbench.launch.run import Run
+
+    monkeypatch.chdir(tmp_path)
+    made = write_run(Path("runs"), "one", 1, "none")
+    table = workbench.runs("runs")
+    (folder,) = table["folder"].tolist()
+    assert Path(folder).is_absolute() and folder == str((tmp_path / made).resolve())
+    assert folder == str(Run.load(folder).folder)
+    monkeypatch.setenv("WORKBENCH_RUN_ROOT", "runs")
+    assert workbench.runs()["folder"].tolist() == [folder]
+
+
+def test_a_logged_lr_beats_the_config_and_a_finished_run_is_read_once(tmp_path, monkeypatch):
+    folder = write_run(tmp_path, "warmup", 2, "linear")
+    writer = JsonlWriter(RunDir(folder).metrics(0))
+    writer.write({"rank": 0, "step": 40, "lr": 0.0015})  # merged into step 40's row
+    writer.close()
+    row = workbench.runs(tmp_path).iloc[0]
+    assert row["lr"] == pytest.approx(0.0015) and row["lr_from"] == "logged" and row["scaled_lr"] == pytest.approx(2e-3)
+    monkeypatch.setattr(history, "run_row", lambda folder: pytest.fail("read again"))
+    assert workbench.runs(tmp_path).iloc[0]["lr"] == pytest.approx(0.0015)  # from memory: nothing changed
+    writer = JsonlWriter(RunDir(folder).metrics(1))
+    writer.write({"rank": 1, "step": 40, "lr": 0.0016})
+    writer.close()
+    with pytest.raises(pytest.fail.Exception, match="read again"):  # a file changed: read again
+        workbench.runs(tmp_path)

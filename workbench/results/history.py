@@ -27,8 +27,15 @@ if TYPE_CHECKING:
     from workbench.launch.run import Run
 
 RunLike = Union["Run", str, os.PathLike]
-COLUMNS = ["name", "folder", "status", "start", "duration_s", "world_size", "effective_batch", "lr", "rule",
-           "steps", "total_steps", "last_loss", "best_loss"]
+COLUMNS = ["name", "folder", "status", "start", "end", "duration_s", "world_size", "effective_batch", "lr",
+           "lr_from", "base_lr", "scaled_lr", "rule", "steps", "total_steps", "loss_metric", "last_loss", "best_loss"]
+WHOLE = ("world_size", "effective_batch", "steps", "total_steps")
+"""Columns of whole numbers: integers (pandas' Int64, missing shown as <NA>), never floats."""
+LR_NAMES = ("lr", "learning_rate", "train/learning_rate", "lr-SGD", "lr-Adam", "lr-AdamW")
+"""The learning rate, by the names jobs log it under (engine, Hugging Face, Lightning's LearningRateMonitor)."""
+TERMINAL = ("finished", "failed", "cancelled")
+_ROWS: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
+"""folder -> (its files' sizes and times, its row): a finished run is read once per process."""
 
 
 def default_root() -> Path:
@@ -40,25 +47,73 @@ def default_root() -> Path:
 
 def run_folders(root: str | os.PathLike[str] | None = None) -> list[Path]:
     """Run folders (holding run.json) under `root`, two levels deep (benchmark_scaling nests its runs),
-    oldest first."""
-    base = Path(root).expanduser() if root is not None else default_root()
+    oldest first, as absolute paths (what `Run.folder` is for a submitted run)."""
+    base = (Path(root).expanduser() if root is not None else default_root()).resolve()
     found = run_folders_in(base)
     return sorted(found, key=lambda p: (p.stat().st_mtime if p.exists() else 0.0, str(p)))
 
 
 def runs(root: str | os.PathLike[str] | None = None) -> pd.DataFrame:
-    """One row per run folder under `root` (default: WORKBENCH_RUN_ROOT or runs/): name, folder,
-    status, start, duration_s, world_size, effective_batch, lr, rule, steps, total_steps, last and
-    best (reduced) training loss, and the last validation metrics (val_* columns)."""
+    """One row per run folder under `root` (default: WORKBENCH_RUN_ROOT or runs/):
+
+    name, folder (absolute, as `Run.folder`), status, start and end (UTC datetimes), duration_s,
+    world_size, effective_batch (the job's; empty for a function or script, whose batches are its own),
+    lr: the learning rate the job used (lr_from says how it is known: "logged", the highest lr the job
+    logged; "scaled", the config's lr scaled to the world size, for a config job that logged none;
+    empty for a function or script that logged none, whose lr is its own), base_lr and scaled_lr (the
+    config's train.lr and its value after scaling.rule, config jobs only), rule, steps, total_steps,
+    loss_metric (the training loss the job logged: loss, train_loss, ...), last_loss and best_loss
+    (that metric reduced across ranks), and the last validation metrics (val_* columns).  Whole numbers
+    are integers; a finished run is read once per process (again when one of its files changes)."""
     import pandas as pd
 
-    rows = [run_row(folder) for folder in run_folders(root)]
+    rows = [cached_row(folder) for folder in run_folders(root)]
     frame = pd.DataFrame(rows)
     if not len(frame):
         return pd.DataFrame(columns=COLUMNS)
-    frame["start"] = pd.to_datetime(frame["start"], unit="s", utc=True)
     val = sorted(c for c in frame.columns if c.startswith("val_"))
-    return frame[[c for c in COLUMNS if c in frame] + val]
+    frame = frame.reindex(columns=[*COLUMNS, *val])  # every column, also where no run has a value
+    for column in ("start", "end"):
+        frame[column] = pd.to_datetime(frame[column], unit="s", utc=True, errors="coerce")
+    for column in WHOLE:
+        frame[column] = frame[column].astype("Int64")
+    return frame
+
+
+def cached_row(folder: Path) -> dict[str, Any]:
+    """run_row(folder), from this process's memory when the run had ended and no file of it changed."""
+    key, signature = str(folder), _signature(folder)
+    found = _ROWS.get(key)
+    if found is not None and found[0] == signature:
+        return dict(found[1])
+    row = run_row(folder)
+    if row.get("status") in TERMINAL:
+        _ROWS[key] = (signature, dict(row))
+    return row
+
+
+def _signature(folder: Path) -> tuple[Any, ...]:
+    """Name, size and change time of every file in the run folder and its folders one level down."""
+    out = []
+    for top in (folder, *(p for p in _entries(folder) if p.is_dir(follow_symlinks=False))):
+        out.extend((top.name, e.name, *_stat(e)) for e in _entries(top) if e.is_file(follow_symlinks=False))
+    return tuple(sorted(out))
+
+
+def _entries(folder: Path | os.DirEntry[str]) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(folder) as found:
+            return list(found)
+    except OSError:
+        return []
+
+
+def _stat(entry: os.DirEntry[str]) -> tuple[int, int]:
+    try:
+        st = entry.stat(follow_symlinks=False)
+    except OSError:
+        return (0, 0)
+    return (st.st_mtime_ns, st.st_size)
 
 
 def run_row(folder: Path) -> dict[str, Any]:
@@ -70,15 +125,18 @@ def run_row(folder: Path) -> dict[str, Any]:
         status = run.status()
     except Exception as exc:  # noqa: BLE001 - one unreadable folder must not hide the others
         return {"name": folder.name, "folder": str(folder), "status": f"unreadable: {type(exc).__name__}: {exc}"}
-    frame = run.metrics()
-    times = [float(t) for t in (run.meta.get("created"), frame["time"].min() if len(frame) else None)
-             if t is not None]
-    start = min(times) if times else None  # the folder's birth, or an earlier first record (a copied run)
+    frame = run.metric_frames.frame()
+    times = frame["time"].dropna() if "time" in frame else frame.iloc[:0, :0]
+    created = run.meta.get("created")
+    found = [float(t) for t in (created if isinstance(created, (int, float)) else None,
+                                times.min() if len(times) else None) if t is not None]
+    start = min(found) if found else None  # the folder's birth, or an earlier first record (a copied run)
     row: dict[str, Any] = {"name": folder.name, "folder": str(folder), "status": status.state, "start": start,
                            "steps": status.step, "total_steps": status.total_steps, "world_size": run.world_size,
-                           **_plan(run), **_losses(frame)}
-    if len(frame) and start is not None:
-        row["duration_s"] = float(frame["time"].max()) - start
+                           **_plan(run, frame), **_losses(frame)}
+    if len(times) and start is not None:
+        row["end"] = float(times.max())
+        row["duration_s"] = row["end"] - start
     evals = run.evals()
     if len(evals):
         last = evals.iloc[-1]
@@ -86,27 +144,77 @@ def run_row(folder: Path) -> dict[str, Any]:
     return row
 
 
-def _plan(run: Run) -> dict[str, Any]:
-    """Effective batch, lr and rule as the run started (rank 0's start event), else from its config."""
+def own_code(run: Run) -> bool:
+    """A function or script run (submit_fn, submit_script, workbench launch): its lr, batch and
+    schedule are its own, not the config's."""
+    if run.meta.get("function") or run.meta.get("script"):
+        return True
+    try:
+        return run.config.task.name.startswith(("<function", "<script"))
+    except (OSError, ValueError):
+        return False
+
+
+def _plan(run: Run, frame: pd.DataFrame) -> dict[str, Any]:
+    """Effective batch and lr as the job used them: the logged lr where there is one, else the
+    config's (base and scaled, labelled); nothing of the config for a function or script."""
     from workbench.config.scaling import scaled
 
     start = run.event_summary().start or {}
+    logged = logged_lr(frame)
+    row: dict[str, Any] = {"effective_batch": start.get("effective_batch"), "lr": logged,
+                           "lr_from": "logged" if logged is not None else None}
+    if own_code(run):
+        return row
     try:
         cfg = run.config
     except (OSError, ValueError):
-        return {k: start.get(k) for k in ("effective_batch", "lr")}
+        return row
     plan = scaled(cfg, run.world_size)
-    return {"effective_batch": start.get("effective_batch", plan.effective_batch), "lr": start.get("lr", plan.lr),
-            "rule": cfg.scaling.rule}
+    scaled_lr = start.get("lr", plan.lr)
+    row.update(effective_batch=start.get("effective_batch", plan.effective_batch), base_lr=cfg.train.lr,
+               scaled_lr=scaled_lr, rule=cfg.scaling.rule)
+    if logged is None:
+        row.update(lr=scaled_lr, lr_from="scaled")
+    return row
+
+
+def logged_lr(frame: pd.DataFrame) -> float | None:
+    """The highest learning rate the job logged (its schedule's peak), None if it logged none."""
+    for name in LR_NAMES:
+        if name in frame and frame[name].notna().any():
+            return float(frame[name].max())
+    return None
+
+
+def loss_metric(frame: pd.DataFrame) -> str | None:
+    """The training loss the job logged: loss, train_loss, ... (the names the plots know), else
+    another column ending in "loss" that is no validation metric."""
+    from workbench.results.panels import EVAL_PREFIXES, HIDDEN, LOSS_NAMES
+
+    names = [c for c in frame.columns if frame[c].notna().any()]
+    for name in LOSS_NAMES:
+        if name in names:
+            return name
+    for name in names:
+        if str(name).endswith("loss") and not str(name).startswith(EVAL_PREFIXES) and name not in HIDDEN:
+            return str(name)
+    return None
 
 
 def _losses(frame: pd.DataFrame) -> dict[str, Any]:
     from workbench.results.metricview import reduced_loss
 
-    if not len(frame) or "loss" not in frame:
+    metric = loss_metric(frame) if len(frame) else None
+    if metric is None:
         return {}
-    loss = reduced_loss(frame)["loss"]
-    return {"last_loss": float(loss.iloc[-1]), "best_loss": float(loss.min())}
+    if metric == "loss":
+        loss = reduced_loss(frame)["loss"]
+    else:
+        loss = frame.groupby("step")[metric].mean().dropna()
+    if not len(loss):
+        return {"loss_metric": metric}
+    return {"loss_metric": metric, "last_loss": float(loss.iloc[-1]), "best_loss": float(loss.min())}
 
 
 # --- comparison ------------------------------------------------------------------------------------
