@@ -94,8 +94,9 @@ def cached_row(folder: Path) -> dict[str, Any]:
 
 def _signature(folder: Path) -> tuple[Any, ...]:
     """Name, size and change time of every file in the run folder and its folders one level down."""
-    out = []
-    for top in (folder, *(p for p in _entries(folder) if p.is_dir(follow_symlinks=False))):
+    out: list[tuple[str, str, int, int]] = []
+    tops: list[Path | os.DirEntry[str]] = [folder, *(p for p in _entries(folder) if p.is_dir(follow_symlinks=False))]
+    for top in tops:
         out.extend((top.name, e.name, *_stat(e)) for e in _entries(top) if e.is_file(follow_symlinks=False))
     return tuple(sorted(out))
 
