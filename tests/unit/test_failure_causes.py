@@ -118,7 +118,10 @@ def test_the_stall_limit_follows_the_jobs_pace_with_a_floor():
     assert limit.seconds == STALL_FLOOR_S
     limit.saw_step(3, 122.0)  # one step took 20 s (an eval): ten times that
     assert limit.seconds == 200.0
-    assert StallLimit(fixed_s=3.0).seconds == 3.0
+    fixed = StallLimit(fixed_s=3.0)
+    assert fixed.seconds == 3.0 and fixed.naming_seconds == STARTUP_STALL_S  # no hang named before a first step
+    fixed.saw_step(1, 10.0)
+    assert fixed.naming_seconds == 3.0
 
 
 def _stuck_in_user_code(ready, release):

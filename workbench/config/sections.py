@@ -174,8 +174,12 @@ class DistConfig:
     """Every this many steps, ranks compare parameter checksums and step times (empty: never)."""
     straggler_threshold: float = 0.2
     """A rank whose median step time exceeds the ranks' median by this fraction is a straggler."""
-    stall_after_s: float = 300.0
-    """Seconds without a finished step before a rank is reported stalled and its stacks are dumped."""
+    stall_after_s: float | None = None
+    """Seconds without a finished step (or printed line) before a rank is reported stalled, its
+    stacks dumped, and a rank stuck outside a collective while others wait in one named hung; empty:
+    from the job's own pace, 10x its slowest step so far, at least 60 (300 before the first step)."""
+    on_hang: Literal["fail", "warn"] = "fail"
+    """A rank named hung: fail ends the run at once with it as the cause; warn only says so."""
     lost_after_s: float = 60.0
     """Seconds without a heartbeat (ranks beat every 2 s) before a rank is called lost and the run stops."""
 

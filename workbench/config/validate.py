@@ -253,7 +253,8 @@ _SECTION_RULES: dict[str, list[Rule]] = {
         _positive("dist.timeout_s", "collectives need at least 1 second; the default is 600"),
         _positive("dist.check_every_steps", "or leave it empty to never check", optional=True),
         _above("dist.straggler_threshold", 0, "0.2 flags ranks 20% slower than the median"),
-        _above("dist.stall_after_s", 0, "e.g. 300 (five minutes without a step)"),
+        _above("dist.stall_after_s", 0, "e.g. 300 (five minutes without a step), or leave it empty to follow "
+               "the job's pace", optional=True),
         _at_least("dist.lost_after_s", 5, "ranks beat every 2 s: a shorter wait calls live ranks lost (default 60)"),
     ],
     "launch": [Rule(("launch.time_limit",), _time_limit), Rule(("launch.run_root",), _run_root),

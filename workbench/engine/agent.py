@@ -13,7 +13,15 @@ does:
   (from the run's latest checkpoint), together: each marks its worker down, rank 0 moves the
   failed attempt's error files to errors/failure-N/ and publishes a fresh meeting port, the others
   wait for it (engine.supervisor: watching the peers, the regroup barrier, naming the failure).
-  The worker sees TORCHELASTIC_RESTART_COUNT as under torchrun."""
+  The worker sees TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_ERROR_FILE (read back here when the
+  worker wrote no error file of its own), TORCHELASTIC_SIGNALS_TO_HANDLE and
+  TORCH_NCCL_ASYNC_ERROR_HANDLING as under torchrun;
+- the worker's stdout and stderr pass through the agent (engine.tee): into the rank's log files
+  as before, and interleaved, line by line as written, into logs/rank{R}.log;
+- an agent stopped because its parent (the local controller, slurmstepd) died writes that down
+  (errors/controller.json) unless someone did: a run whose controller was killed says so.
+A failed rank's agent exits with status 1 and no traceback of its own: the worker's error file
+and its stderr say what failed."""
 
 from __future__ import annotations
 
@@ -33,20 +41,24 @@ from workbench.engine.monitor import PEER_FAILED_EXIT_CODE, node_name
 from workbench.engine.preempt import SIGNAL as PREEMPT_SIGNAL
 from workbench.engine.rendezvous import RankContract, attempt
 from workbench.engine.supervisor import LOST, POLL_S, Supervisor
+from workbench.engine.tee import Tee
 from workbench.engine.worker import ATTEMPT_ENV, REQUEUE_EXIT_CODE
 from workbench.proctree import KILL_AFTER_S, Proc, end, parent_death_signal, signal_name
 from workbench.runfolder import events
-from workbench.runfolder.failures import error_record, last_traceback, reserve_error_space, write_error
+from workbench.runfolder.failures import (
+    elastic_error,
+    error_record,
+    last_traceback,
+    reserve_error_space,
+    write_controller_failure,
+    write_error,
+)
 from workbench.runfolder.layout import RunDir, read_json, write_json_atomic
 from workbench.runfolder.rankstate import killed_message
 from workbench.runfolder.writer import JsonlWriter
 
 STDERR_TAIL_BYTES = 32_000
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-
-
-class RankFailed(RuntimeError):
-    """The rank's last attempt failed (its error file says how)."""
 
 
 def run_agent(run_dir: str, contract: RankContract, worker_args: list[str], max_restarts: int) -> dict[str, Any]:
@@ -61,7 +73,7 @@ def run_agent(run_dir: str, contract: RankContract, worker_args: list[str], max_
     if outcome == "requeue" and env.rank == 0:
         agent.hand_over_preemption()  # submitit: checkpoint(), requeue, exit
     if outcome == "failed":
-        raise RankFailed(f"rank {env.rank} failed: {run.error(env.rank)}")
+        sys.exit(1)  # what failed is in the error files and the worker's stderr: no traceback of ours
     if outcome == "stopped":
         sys.exit(128 + agent.stop_signal)
     return {"rank": env.rank, "outcome": outcome}
@@ -80,6 +92,9 @@ class RankAgent:
         self._alive_at = time.time()
         self._kill_after_s = KILL_AFTER_S
         self.supervisor = Supervisor(self.rank, env.world_size, lambda: bool(self.stop_signal))
+        self.parent = os.getppid()
+        """Whoever started this agent (the local controller, slurmstepd): its death stops the rank."""
+        self.tee: Tee | None = None
 
     # --- the loop --------------------------------------------------------------------------------
     def serve(self) -> str:
@@ -101,30 +116,42 @@ class RankAgent:
         number = self.requeue * (self.max_restarts + 1) + restart
         reserve_error_space(self.run, self.rank)
         self._stderr_from = _stderr_size()
+        self.run.elastic_error(self.rank).unlink(missing_ok=True)  # an earlier attempt's
         self.worker = worker = subprocess.Popen(
             [sys.executable, "-m", "workbench.engine.worker", str(self.run.root), *self.worker_args],
             env=self._worker_env(restart, number), start_new_session=True,
-            preexec_fn=parent_death_signal(signal.SIGKILL))
+            preexec_fn=parent_death_signal(signal.SIGKILL), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.tee = Tee(worker, self.run.both_streams(self.rank))
         self.proc = Proc.of(worker.pid, group=True) or Proc(worker.pid, 0, worker.pid)
         self._record_procs(number)
         self._kill_after_s = KILL_AFTER_S
         outcome = self._watch(worker, number)
         end([self.proc], self._kill_after_s)
         worker.poll()  # reap it
+        self.tee.close()
         return outcome
 
     def _worker_env(self, restart: int, number: int) -> dict[str, str]:
+        elastic = self.run.elastic_error(self.rank)
+        elastic.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         return {**os.environ, "MASTER_PORT": str(self.env.master_port), ATTEMPT_ENV: str(number),
-                "TORCHELASTIC_RESTART_COUNT": str(restart), "TORCHELASTIC_MAX_RESTARTS": str(self.max_restarts)}
+                "TORCHELASTIC_RESTART_COUNT": str(restart), "TORCHELASTIC_MAX_RESTARTS": str(self.max_restarts),
+                "TORCHELASTIC_ERROR_FILE": str(elastic),
+                "TORCHELASTIC_SIGNALS_TO_HANDLE": os.environ.get("TORCHELASTIC_SIGNALS_TO_HANDLE",
+                                                                 "SIGTERM,SIGINT,SIGHUP,SIGQUIT"),
+                "TORCH_NCCL_ASYNC_ERROR_HANDLING": os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")}
 
     def _watch(self, worker: subprocess.Popen[bytes], number: int) -> str:
         self.supervisor.watch_anew()
         while True:
             code = worker.poll()
             if code is not None:
+                if self.tee is not None:
+                    self.tee.drain()  # its last words reach the log before they are read back
                 return self._ended(code, number)
             self._alive_at = time.time()  # a death is dated here: before any peer's error about it
             if self.stop_signal:
+                self.note_parent_gone()
                 return "stopped"
             if self._peers_ended_it(number):
                 return "failed"
@@ -135,8 +162,18 @@ class RankAgent:
         the attempt is over (end() ends the worker)."""
         verdict = self.supervisor.verdict(self.run, number)
         if verdict == LOST:
-            self._kill_after_s = 0.0  # silent past dist.lost_after_s: no use asking it
+            self._kill_after_s = 0.0  # silent past dist.lost_after_s, or hung: no use asking it
+            self._let_peers_stop()
         return verdict is not None
+
+    def _let_peers_stop(self, grace_s: float = 1.0) -> None:
+        """Before this rank's lost or hung worker is killed, give the peers waiting for it a moment
+        to see why and stop in their own words ("waiting for rank N"), not in a reset connection's."""
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and any(
+                (self.run.read_status(r) or {}).get("state") == "running"
+                for r in range(self.env.world_size) if r != self.rank):
+            time.sleep(POLL_S)
 
     def _ended(self, code: int, number: int) -> str:
         if code == 0:
@@ -157,7 +194,7 @@ class RankAgent:
         if isinstance(error, dict) and error.get("attempt") == number:
             return  # the worker said it itself
         stderr = self._stderr_text()
-        found = last_traceback(stderr)
+        found = elastic_error(self.run.elastic_error(self.rank)) or last_traceback(stderr)
         if code < 0:
             kind, message, text = "Lost", killed_message(self.rank, signal_name(code)), stderr
         elif found is not None:
@@ -176,6 +213,19 @@ class RankAgent:
     def _stderr_text(self) -> str:
         """What the worker wrote to stderr in this attempt (its end)."""
         return _stderr_tail(self._stderr_from)
+
+    def note_parent_gone(self) -> None:
+        """Stopped because whoever started this agent died (the kernel's parent-death signal): write
+        it down as the run's cause, unless another rank's agent (or the submitter) did."""
+        if os.getppid() == self.parent:
+            return  # a stop asked for (a cancel): not a death
+        meta = self.run.read_meta() or {}
+        who = "the local controller" if meta.get("executor") == "local" else "the job step's launcher"
+        message = (f"{who} (pid {self.parent}) died while the ranks ran (killed, or it crashed): every rank "
+                   f"stopped; noticed by rank {self.rank}'s agent")
+        with contextlib.suppress(OSError):
+            write_controller_failure(self.run, message, str(meta.get("job_id") or ""), f"rank {self.rank}'s agent",
+                                     self.requeue, host=node_name(), parent_pid=self.parent)
 
     # --- restarting together ---------------------------------------------------------------------
     def _regroup(self, restart: int) -> bool:

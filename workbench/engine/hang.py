@@ -10,7 +10,10 @@ connection.
 
 The stall limit, unless ``dist.stall_after_s`` fixes it, comes from the job's own pace: STEP_FACTOR
 times the longest gap between two steps seen so far, at least STALL_FLOOR_S; before the first step
-(imports, data download, compilation) STARTUP_STALL_S."""
+(imports, data download, compilation) STARTUP_STALL_S, which is also the least a rank is stuck
+before its first step to be named hung.  The innermost frame of the user's code is the innermost
+outside the standard library, installed packages (site-packages) and the workbench; failing that,
+the innermost outside the standard library, torch and the workbench."""
 
 from __future__ import annotations
 
@@ -63,6 +66,12 @@ class StallLimit:
             self._last_step = (step, now)
 
     @property
+    def naming_seconds(self) -> float:
+        """How long a rank must be stuck to be named hung: the limit, and before its first step
+        (imports, compilation, a download while the others wait at a barrier) at least STARTUP_STALL_S."""
+        return self.seconds if self._last_step is not None else max(self.seconds, STARTUP_STALL_S)
+
+    @property
     def seconds(self) -> float:
         if self.fixed_s:
             return float(self.fixed_s)
@@ -78,21 +87,25 @@ def main_frame() -> FrameType | None:
 
 def where_is(frame: FrameType | None) -> tuple[bool, str]:
     """(waiting in a collective, innermost frame of the user's code as "file:line in function")."""
-    waiting, user = None, ""
-    while frame is not None:
+    waiting, user, library = None, "", ""
+    while frame is not None and not user:
         name = os.path.realpath(frame.f_code.co_filename)
         if waiting is None and not _stdlib(name, frame.f_code.co_filename):
             waiting = any(part in name for part in COLLECTIVE_CODE)
-        if not user and _users(name, frame.f_code.co_filename):
-            user = f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
-        if user and waiting is not None:
-            break
+        if _users(name, frame.f_code.co_filename):
+            where = f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
+            user = "" if _installed(name) else where
+            library = library or where
         frame = frame.f_back
-    return bool(waiting), user
+    return bool(waiting), user or library
 
 
 def _stdlib(name: str, raw: str) -> bool:
-    return raw.startswith("<frozen ") or (name.startswith(_STDLIB) and "site-packages" not in name)
+    return raw.startswith("<frozen ") or (name.startswith(_STDLIB) and not _installed(name))
+
+
+def _installed(name: str) -> bool:
+    return f"{os.sep}site-packages{os.sep}" in name or f"{os.sep}dist-packages{os.sep}" in name
 
 
 def _users(name: str, raw: str) -> bool:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.config.sections import DistConfig
+from workbench.engine.hang import HangWatch, hung_message, main_frame, stack_text
 from workbench.engine.mirrors import NoMirrors
 from workbench.engine.userframes import user_traceback
 from workbench.runfolder import events
@@ -32,6 +33,8 @@ from workbench.runfolder.rankstate import ACTIVE, HEARTBEAT_S, is_lost, lost_mes
 from workbench.runfolder.writer import JsonlWriter
 
 PEER_FAILED_EXIT_CODE = 75
+PEER_POLL_S = 0.25
+"""How often a rank looks for a peer's failure (its error file) between heartbeats."""
 BUSY_CPU_FRACTION = 0.05
 """A rank using more than this share of a core between heartbeats is working, not stalled."""
 
@@ -62,7 +65,8 @@ def announce_starting(run: RunDir, rank: int, attempt: int = 0) -> None:
 
 class RankMonitor:
     def __init__(self, run: RunDir, rank: int, world_size: int, attempt: int = 0, heartbeat_s: float = HEARTBEAT_S,
-                 stall_after_s: float = DistConfig.stall_after_s, lost_after_s: float = DistConfig.lost_after_s):
+                 stall_after_s: float | None = DistConfig.stall_after_s, lost_after_s: float = DistConfig.lost_after_s,
+                 on_hang: str = DistConfig.on_hang):
         self.run, self.rank, self.world_size, self.attempt = run, rank, world_size, attempt
         self.metrics = JsonlWriter(run.metrics(rank))
         self.events = JsonlWriter(run.events(rank))
@@ -74,7 +78,9 @@ class RankMonitor:
         self.step = 0
         self.state = "starting"
         self.in_sync: bool | None = None
-        self.stall_after_s = stall_after_s
+        self.hang = HangWatch(stall_after_s)
+        """The stall limit (dist.stall_after_s, else the job's pace) and where this rank is stuck."""
+        self.on_hang = on_hang
         self.lost_after_s = lost_after_s
         """dist.lost_after_s: a neighbour silent this long is reported lost (readers use the same)."""
         self.stalled = False
@@ -82,6 +88,9 @@ class RankMonitor:
         self._cpu_seen = time.process_time()
         self.output_seen = 0  # lines the rank printed (script mode counts them); output is progress
         self.saving = threading.Lock()
+        self.failing = False
+        """The main thread is recording this rank's own failure: a peer's must not stop it half way."""
+        self._recording = threading.Lock()
         self._stop = threading.Event()
         self._heartbeat_s = heartbeat_s
         self._thread = threading.Thread(target=self._beat, name="workbench-heartbeat", daemon=True)
@@ -108,6 +117,7 @@ class RankMonitor:
             "rank": self.rank, "state": self.state, "step": self.step, "time": time.time(),
             "pid": os.getpid(), "host": node_name(), "attempt": self.attempt,
             "stalled": self.stalled, "in_sync": self.in_sync, "output_lines": self.output_seen,
+            **self.hang.fields(),
         })
 
     def set_state(self, state: str) -> None:
@@ -117,12 +127,15 @@ class RankMonitor:
     def fail(self, exc: BaseException) -> None:
         """Record this rank's exception and traceback (error file, event, status): the user's frames
         first (traceback_full has them all); a full disk is named as such, and recorded even then
-        (workbench.runfolder.failures.write_error)."""
-        full = "".join(traceback.format_exception(exc))
-        kind, message = describe(exc)
-        write_error(self.run, self.rank, error_record(self.rank, kind, _clip(message), _clip(user_traceback(exc)),
-                                                      self.attempt, node_name(), self.step,
-                                                      traceback_full=_clip(full)))
+        (workbench.runfolder.failures.write_error).  A peer's failure seen meanwhile does not stop
+        this rank before its own is recorded: every rank that raised keeps its error."""
+        with self._recording:  # _abort waits for it, then leaves the ending to this thread
+            self.failing = True
+            full = "".join(traceback.format_exception(exc))
+            kind, message = describe(exc)
+            write_error(self.run, self.rank, error_record(self.rank, kind, _clip(message), _clip(user_traceback(exc)),
+                                                          self.attempt, node_name(), self.step,
+                                                          traceback_full=_clip(full)))
         with contextlib.suppress(OSError):  # the disk may be full
             self.event(events.ERROR, type=kind, message=_clip(message, 2000))
             self.set_state("failed")
@@ -164,13 +177,19 @@ class RankMonitor:
         return found
 
     def _beat(self) -> None:
-        while not self._stop.wait(self._heartbeat_s):
-            self._watch_progress()
-            with contextlib.suppress(OSError):  # a full disk: the main thread reports it
-                self.write_status()
-                self._watch_neighbour()
+        """Every heartbeat: progress, hang, status, neighbour; every PEER_POLL_S: a peer's failure
+        (this rank then stops within a fraction of a second, not a heartbeat later)."""
+        next_beat = time.monotonic() + self._heartbeat_s
+        while not self._stop.wait(min(PEER_POLL_S, self._heartbeat_s)):
+            if time.monotonic() >= next_beat:
+                next_beat = time.monotonic() + self._heartbeat_s
+                self._watch_progress()
+                with contextlib.suppress(OSError):  # a full disk: the main thread reports it
+                    self._watch_hang()
+                    self.write_status()
+                    self._watch_neighbour()
             peers = self.failed_peers()
-            if peers and not self._stop.is_set():
+            if peers and not self._stop.is_set() and not self.failing:
                 self._abort(peers)
 
     def _watch_progress(self, now: float | None = None) -> None:
@@ -184,7 +203,7 @@ class RankMonitor:
         marker = (self.step, self.output_seen)
         if marker != self._progress[0] or working:
             self._progress, self.stalled = (marker, now), False
-        elif self.state == "running" and not self.stalled and now - self._progress[1] > self.stall_after_s:
+        elif self.state == "running" and not self.stalled and now - self._progress[1] > self.hang.limit.seconds:
             self.stalled = True
             self.dump_stacks()
             self.event(events.STALLED, silent_s=round(now - self._progress[1], 1),
@@ -203,7 +222,40 @@ class RankMonitor:
         if data and data.get("state") in ACTIVE and is_lost(silent, self.lost_after_s):
             write_error(self.run, peer, error_record(peer, "Lost", lost_message(peer, silent, noticed_by=self.rank),
                                                      "", self.attempt, data.get("host", ""), data.get("step"),
-                                                     reported_by=self.rank))
+                                                     reported_by=self.rank, last_seen=data["time"]))
+
+    def _watch_hang(self, now: float | None = None) -> None:
+        """A rank stuck outside a collective for the stall limit while a peer waits in one is hung:
+        named once, with where it is stuck (engine.hang); dist.on_hang=fail ends the run with it as
+        the cause (its error file: every rank stops, its agent ends it)."""
+        found = self.hang.beat(self.step, self.output_seen, now or time.time())
+        if found is None or found.waiting or self.state != "running" or self.hang.named:
+            return
+        if found.silent_s <= self.hang.limit.naming_seconds:
+            return  # before its first step: imports, compilation, a download while the others wait
+        waiting = self._waiting_peers()
+        if not waiting:
+            return
+        self.hang.named = True
+        message = hung_message(self.rank, found, waiting)
+        self.dump_stacks()
+        self.event(events.HUNG, message=message, where=found.where, waiting_ranks=waiting,
+                   silent_s=round(found.silent_s, 1))
+        if self.on_hang != "fail":
+            self.event(events.WARNING, message=f"{message} (dist.on_hang is warn: the run goes on)")
+            return
+        write_error(self.run, self.rank, error_record(
+            self.rank, "Hung", message, stack_text(main_frame()), self.attempt, node_name(), self.step,
+            where=found.where, waiting_ranks=waiting, reported_by="itself"))
+
+    def _waiting_peers(self) -> list[int]:
+        """Peers whose status says they wait in a collective (read only when this rank is stuck)."""
+        found = []
+        for rank in range(self.world_size):
+            status = self.run.read_status(rank) if rank != self.rank else None
+            if status and status.get("state") == "running" and status.get("waiting") is True:
+                found.append(rank)
+        return found
 
     def dump_stacks(self) -> None:
         """Every thread's Python stack of this rank, into stacks/rank{R}.txt."""
@@ -225,7 +277,9 @@ class RankMonitor:
                 "extraInfo": {"py_callstack": "", "timestamp": str(int(failed_at) + 1)}}})
 
     def _abort(self, peers: list[int]) -> None:
-        with self.saving:  # never interrupt a checkpoint being written
+        with self.saving, self._recording:  # never interrupt a checkpoint being written, nor an error
+            if self.failing:
+                return  # this rank raised too: it records its own error and ends by itself
             self.event(events.ABORTED, reason=f"rank {peers[0]} failed", failed_ranks=peers)
             self.set_state("aborted")
             self._tell_torchrun(peers[0])

@@ -28,7 +28,7 @@ def run_rank(cfg: JobConfig, run_dir: str, factory: Callable[..., Any] | None = 
     run = RunDir(run_dir)
     _set_threads(torch, env.local_world_size, cfg.dist.threads_per_rank)
     monitor = RankMonitor(run, env.rank, env.world_size, attempt, stall_after_s=cfg.dist.stall_after_s,
-                          lost_after_s=cfg.dist.lost_after_s).start()
+                          lost_after_s=cfg.dist.lost_after_s, on_hang=cfg.dist.on_hang).start()
     monitor.mirrors = Mirrors(cfg, run, env.rank, lambda message: monitor.event(events.WARNING, message=message))
     owned = False
     try:

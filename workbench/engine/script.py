@@ -59,12 +59,14 @@ class ScriptJob:
     module: bool = False
     threads_per_rank: int | None = None
     """dist.threads_per_rank; empty: OMP_NUM_THREADS if the user set it, else 1 when ranks share a node."""
-    stall_after_s: float = 300.0
+    stall_after_s: float | None = None
+    """dist.stall_after_s (empty: from the job's pace); dist.on_hang says what a hung rank does."""
     cwd: str = ""
     """The ranks' working folder (empty: wherever the scheduler starts them)."""
     env: dict[str, str] = field(default_factory=dict)
     """Extra environment variables for the ranks."""
     lost_after_s: float = DistConfig.lost_after_s
+    on_hang: str = "fail"
 
     @property
     def label(self) -> str:
@@ -95,8 +97,9 @@ class FnJob:
     backend: str = "auto"
     timeout_s: float = 600.0
     threads_per_rank: int | None = None
-    stall_after_s: float = 300.0
+    stall_after_s: float | None = None
     lost_after_s: float = DistConfig.lost_after_s
+    on_hang: str = "fail"
 
     @property
     def label(self) -> str:
@@ -138,7 +141,8 @@ def user_code(run_dir: str, rank: int, attempt: int, job: ScriptJob | FnJob, **s
     label = job.label
     _set_threads(job.threads_per_rank, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     monitor = _monitor = RankMonitor(run, rank, int(os.environ["WORLD_SIZE"]), attempt,
-                                     stall_after_s=job.stall_after_s, lost_after_s=job.lost_after_s).start()
+                                     stall_after_s=job.stall_after_s, lost_after_s=job.lost_after_s,
+                                     on_hang=job.on_hang).start()
     streams = sys.stdout, sys.stderr
     count_output(monitor)
     unwatch = watch_set_epoch(monitor)

@@ -107,9 +107,17 @@ class Run:
 
     # --- state -----------------------------------------------------------------------------------
     def job_done(self) -> bool:
+        """The job has ended: its scheduler says so and, for a local run, none of the processes its
+        agents recorded is left (a controller that was killed leaves its agents ending their workers)."""
         if self.job is None:
             return True
-        return bool(self.job.done())
+        return bool(self.job.done()) and not self._local_processes_left()
+
+    def _local_processes_left(self) -> bool:
+        meta = self.meta
+        if meta.get("executor") != "local" or meta.get("submit_host", socket.gethostname()) != socket.gethostname():
+            return False
+        return any(p.alive() for p in self.dir.recorded("agent") + self.dir.recorded("worker"))
 
     def status(self, job_done: bool | None = None) -> RunStatus:
         """Where the run stands: run and rank states, steps, rate (workbench.launch.status).
@@ -214,7 +222,11 @@ class Run:
         return to_frame(self._events.records, ("time",))
 
     def logs(self, rank: int = 0, stream: str = "both", tail_bytes: int | None = None) -> str:
-        """The rank's stdout and stderr (submitit's per-task log files)."""
+        """The rank's stdout and stderr: "both" interleaved in the order the rank wrote them (its
+        agent's logs/rank{R}.log), "out" or "err" alone (submitit's per-task log files, which also
+        hold the launcher's own lines)."""
+        if stream == "both" and self.dir.both_streams(rank).exists():
+            return _read_text(self.dir.both_streams(rank), tail_bytes)
         parts = []
         for suffix in ({"out": ["out"], "err": ["err"]}.get(stream, ["out", "err"])):
             for path in self.dir.log_files(rank, suffix):
@@ -277,25 +289,38 @@ class Run:
                 found.append(RankFailure(r.rank, "Lost", lost_message(r.rank, silent),
                                          self.logs(r.rank, tail_bytes=4000), r.host, r.attempt, time.time() - age,
                                          reported_by="reader"))
+        found += self._hung(status, reported | {f.rank for f in found})
         job_id = str(self.meta.get("job_id") or "")
+        if job_id and status.state == "failed":
+            self._controller_seen_dying(job_id)
         record = controller_failure(self.dir, job_id) if job_id else None
-        if record is None and status.state == "failed":
-            record = self._controller_seen_dying(job_id)
-        if record is not None:
-            found.append(from_record(-1, {**record, "rank": -1}))
-        return found
+        if record is None:
+            return found
+        controller = from_record(-1, {**record, "rank": -1})
+        # a rank seen ending without a word after the controller died was stopped by that death
+        stopped = [stopped_because(controller, f.rank, False, f.host, f.attempt, f.time) if f.type == "Lost" else f
+                   for f in found]
+        return [*stopped, controller]
 
-    def _controller_seen_dying(self, job_id: str) -> dict[str, Any] | None:
+    def _hung(self, status: RunStatus, reported: set[int]) -> list[RankFailure]:
+        """Ranks their own heartbeat named hung in this attempt (dist.on_hang: warn leaves no error
+        file): when the run fails later, by a collective's timeout, the hang is its cause."""
+        self.event_summary()
+        attempts = {r.rank: r.attempt for r in status.ranks}
+        hung = [e for e in self._events.records if e.get("event") == kinds.HUNG and e["rank"] not in reported
+                and e.get("attempt", 0) == attempts.get(e["rank"])]
+        return [from_record(int(e["rank"]), {**e, "type": "Hung", "reported_by": "itself"}) for e in hung]
+
+    def _controller_seen_dying(self, job_id: str) -> None:
         """The local controller this handle started ended by a signal: written down here (whoever
-        sees a death first records it), with the signal, which only its parent can know."""
+        sees a death first records it; only its parent knows the signal, which it adds)."""
         process = getattr(self.job, "_process", None)
         code = process.poll() if process is not None else None
         if process is None or code is None or code >= 0:
-            return None
+            return
         message = f"the local controller (pid {process.pid}) was killed by {signal_name(code)}; every rank stopped"
         with contextlib.suppress(OSError):
             write_controller_failure(self.dir, message, job_id, "the submitting process", exit_code=code)
-        return controller_failure(self.dir, job_id)
 
     def _with_stopped_ranks(self, cause: RankFailure, status: RunStatus) -> RankFailure:
         """Ranks that stopped themselves because of the cause (aborted, no error of their own) are

@@ -83,7 +83,7 @@ def script_work(script: str | Path | None, args: list[str] | None, cfg: JobConfi
     if not cfg.launch.name:
         cfg = cfg.replace(launch__name=safe_name(name))
     job = ScriptJob(target, tuple(args or ()), module is not None, cfg.dist.threads_per_rank, cfg.dist.stall_after_s,
-                    str(workdir), dict(env or {}), lost_after_s=cfg.dist.lost_after_s)
+                    str(workdir), dict(env or {}), lost_after_s=cfg.dist.lost_after_s, on_hang=cfg.dist.on_hang)
     return cfg, job, {"script": job.label, "args": list(job.args), "cwd": job.cwd}
 
 
@@ -106,7 +106,7 @@ def fn_work(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any
     cfg = cfg.replace(task__name=f"<function {name}>", **({} if cfg.launch.name else {"launch__name": safe_name(name)}))
     d = cfg.dist
     return cfg, FnJob(fn, tuple(args), dict(kwargs), d.backend, float(d.timeout_s), d.threads_per_rank,
-                      d.stall_after_s, lost_after_s=d.lost_after_s)
+                      d.stall_after_s, lost_after_s=d.lost_after_s, on_hang=d.on_hang)
 
 
 def check_before_submit(cfg: JobConfig) -> None:

@@ -28,6 +28,7 @@ STRAGGLER = "straggler"
 WARNING = "warning"
 # --- how a rank stopped (engine.monitor, engine.agent) -------------------------------------------
 STALLED = "stalled"
+HUNG = "hung"
 ERROR = "error"
 INTERRUPTED = "interrupted"
 ABORTED = "aborted"
@@ -50,6 +51,7 @@ EVENT_KINDS: dict[str, str] = {
     STRAGGLER: "a rank's step time exceeded the ranks' median by dist.straggler_threshold",
     WARNING: "something the user should know (a mirror that failed, set_epoch not called)",
     STALLED: "no step for dist.stall_after_s: the rank's stacks were dumped",
+    HUNG: "the rank was stuck outside a collective while others waited in one (where: its user frame)",
     ERROR: "the rank failed (its error file holds the traceback)",
     INTERRUPTED: "the rank was stopped by a signal (cancel)",
     ABORTED: "the rank stopped itself because another rank failed",

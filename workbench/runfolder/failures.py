@@ -103,6 +103,19 @@ def error_record(rank: int, kind: str, message: str, traceback: str, attempt: in
             "step": step, "host": host, "attempt": attempt, **extra}
 
 
+def elastic_error(path: Path) -> tuple[str, str, str] | None:
+    """(type, message, traceback) from the error file torch's @record wrote (TORCHELASTIC_ERROR_FILE:
+    {"message": {"message": "ValueError: ...", "extraInfo": {"py_callstack": ...}}}), or None."""
+    found = records.read_object(path)
+    detail = found.get("message") if found else None
+    if not isinstance(detail, dict) or not isinstance(detail.get("message"), str):
+        return None
+    kind, _, message = detail["message"].partition(": ")
+    extra = detail.get("extraInfo")
+    text = extra.get("py_callstack") if isinstance(extra, dict) else ""
+    return kind.strip() or "Error", message.strip(), text if isinstance(text, str) else ""
+
+
 def controller_error(run: RunDir) -> Path:
     """The record of a run's controller that died (errors/controller.json): written by whoever saw
     it first (an agent whose parent it was, or the process that started it)."""
@@ -114,8 +127,8 @@ def write_controller_failure(run: RunDir, message: str, job_id: str, reported_by
     """Record that the controller of job `job_id` died (kept if someone recorded it already)."""
     path = controller_error(run)
     found = records.read_object(path, records.ERROR)
-    if found is not None and found.get("job_id") == job_id:
-        return
+    if found is not None and found.get("job_id") == job_id and ("exit_code" in found or "exit_code" not in extra):
+        return  # said already (the process that started the controller adds how it ended: its signal)
     write_json_atomic(path, {**error_record(-1, "ControllerLost", message, "", attempt, reported_by=reported_by),
                              "job_id": job_id, **extra})
 

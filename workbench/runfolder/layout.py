@@ -10,10 +10,12 @@
     <run>/errors/rank{R}.json    the failing rank's exception and traceback
     <run>/errors/failure-{N}/    error files of a failed attempt that was restarted
     <run>/errors/controller.json a local run's controller that died
+    <run>/errors/torchelastic/rank{R}.json  what torch's @record wrote (TORCHELASTIC_ERROR_FILE)
     <run>/results/rank{R}.pkl    what a function run returned on each rank
     <run>/procs/rank{R}.json     the rank's agent and worker processes (pid, process group, start)
     <run>/stacks/rank{R}.txt     Python stacks of a stalled rank
-    <run>/logs/                  submitit's per-task stdout/stderr and pickles, the controller's log
+    <run>/logs/                  submitit's per-task stdout/stderr and pickles, the controller's log,
+                                 rank{R}.log: a rank's stdout and stderr interleaved as written
     <run>/checkpoints/           step-{N}.pt files written by rank 0 (set-aside-{stamp}/: put away)
     <run>/summary.json           written at the end of the run
     <run>/plots/loss.png         the per-rank loss plot `workbench run` saves
@@ -128,6 +130,15 @@ class RunDir:
     def controller_error(self) -> Path:
         """The record of a run's controller that died (workbench.runfolder.failures)."""
         return self.root / "errors" / "controller.json"
+
+    def elastic_error(self, rank: int) -> Path:
+        """The rank's TORCHELASTIC_ERROR_FILE: where torch's @record writes the error of a script's
+        entry point, which the rank's agent reads into its failure when the rank wrote none."""
+        return self.root / "errors" / "torchelastic" / f"rank{rank}.json"
+
+    def both_streams(self, rank: int) -> Path:
+        """The rank's stdout and stderr interleaved, each line as its agent received it (Run.logs)."""
+        return self.root / "logs" / f"rank{rank}.log"
 
     def error_reserve(self, rank: int) -> Path:
         """Room set aside for the rank's error file, used when the disk is full (workbench.runfolder.failures)."""

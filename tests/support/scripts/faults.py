@@ -2,7 +2,8 @@
 
     faults.py raise RANK       RANK raises ValueError in its loss after a few steps ("both": every rank)
     faults.py hang RANK        RANK hangs in its loss (in Python, its threads alive) after a few steps
-    faults.py print GATE       rank 0 prints "ready" without flush, then waits until the file GATE exists
+    faults.py print GATE       rank 0 prints to stdout and stderr in turn, then "ready", all without flush,
+                               then waits until the file GATE exists
     faults.py train STEPS      trains STEPS steps, logging each (workbench.log)
 """
 import os
@@ -31,7 +32,12 @@ def loss_fn(output, step):
 
 if mode == "print":
     if rank == 0:
-        print("ready")  # no flush: as nanoGPT and the PyTorch examples print
+        for i in range(2):
+            print(f"out {i}")  # no flush: as nanoGPT and the PyTorch examples print
+            time.sleep(0.1)
+            print(f"err {i}", file=sys.stderr)
+            time.sleep(0.1)
+        print("ready")
         while not os.path.exists(arg):
             time.sleep(0.02)
     dist.barrier()
