@@ -21,4 +21,5 @@ keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "G
 seen = {"env": {k: os.environ.get(k) for k in keys}, "threads": torch.get_num_threads(), "argv": sys.argv[1:],
         "cwd": os.getcwd(), "elastic": dist.is_torchelastic_launched(), "greeting": GREETING, "name": __name__}
 (out / f"rank{dist.get_rank()}.json").write_text(json.dumps(seen))
+dist.barrier()  # all ranks must reach this: a rank that left first would close gloo's pair under its peer
 dist.destroy_process_group()
