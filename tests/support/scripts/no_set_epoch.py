@@ -13,4 +13,5 @@ for epoch in range(2):
     for (x,) in DataLoader(data, batch_size=8, sampler=sampler):
         step += 1
         workbench.log(step=step, loss=float(x.mean()))
+dist.barrier()  # all ranks must reach this before the group is torn down
 dist.destroy_process_group()

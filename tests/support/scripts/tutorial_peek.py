@@ -16,4 +16,5 @@ for epoch in range(3):
     for (x,) in loader:
         step += 1
         workbench.log(step=step, loss=float(x.mean()))
+dist.barrier()  # all ranks must reach this before the group is torn down
 dist.destroy_process_group()
