@@ -138,11 +138,20 @@ def run_row(folder: Path) -> dict[str, Any]:
     if len(times) and start is not None:
         row["end"] = float(times.max())
         row["duration_s"] = row["end"] - start
-    evals = run.evals()
-    if len(evals):
-        last = evals.iloc[-1]
-        row.update({c: float(last[c]) for c in evals.columns if c.startswith("val_") and last[c] == last[c]})
+    row.update(_last_eval(run))
     return row
+
+
+def _last_eval(run: Run) -> dict[str, float]:
+    """The val_* numbers of the run's last eval event."""
+    events = run.events()
+    if not len(events) or "event" not in events:
+        return {}
+    evals = events[events["event"] == "eval"]
+    if not len(evals):
+        return {}
+    last = evals.iloc[-1]
+    return {c: float(last[c]) for c in evals.columns if c.startswith("val_") and last[c] == last[c]}
 
 
 def own_code(run: Run) -> bool:
@@ -193,13 +202,11 @@ def loss_metric(frame: pd.DataFrame) -> str | None:
     another column ending in "loss" that is no validation metric."""
     from workbench.results.panels import EVAL_PREFIXES, HIDDEN, LOSS_NAMES
 
-    names = [c for c in frame.columns if frame[c].notna().any()]
-    for name in LOSS_NAMES:
-        if name in names:
+    names = [str(c) for c in frame.columns]
+    others = [n for n in names if n.endswith("loss") and not n.startswith(EVAL_PREFIXES) and n not in HIDDEN]
+    for name in [*[n for n in LOSS_NAMES if n in names], *others]:
+        if frame[name].notna().any():
             return name
-    for name in names:
-        if str(name).endswith("loss") and not str(name).startswith(EVAL_PREFIXES) and name not in HIDDEN:
-            return str(name)
     return None
 
 
@@ -211,7 +218,7 @@ def _losses(frame: pd.DataFrame) -> dict[str, Any]:
         return {}
     if metric == "loss":
         loss = reduced_loss(frame)["loss"]
-    else:
+    else:  # the mean over the ranks at each step
         loss = frame.groupby("step")[metric].mean().dropna()
     if not len(loss):
         return {"loss_metric": metric}
