@@ -15,7 +15,7 @@ from workbench.config import JobConfig
 from workbench.engine.monitor import RankMonitor
 from workbench.errors import ConfigError
 from workbench.launch.run import Run
-from workbench.launch.status import run_status
+from workbench.launch.status import run_status, step_rate
 from workbench.runfolder.layout import RunDir, write_json_atomic
 from workbench.runfolder.rankstate import RANK_STATES, SILENT_AFTER_S
 from workbench.runfolder.writer import JsonlWriter
@@ -264,3 +264,32 @@ def test_a_script_that_logs_loss_without_step_times_is_not_called_empty(tmp_path
     handle = Run(run.root)
     assert str(handle.status()) == "finished (step 480; ranks 0:finished@480, 1:finished@480)"
     assert format_report(handle.report()).startswith("step analysis: 960 records logged, none with a step time")
+
+
+
+def test_the_end_table_and_the_progress_use_every_value_logged_at_a_step(tmp_path):
+    """A script that logs its loss and then its lr at each step (two records a step), as the Hugging
+    Face Trainer logs its summary at the last step: the end table's final loss is the last loss logged,
+    named after the metric the job logs, and the status counts steps, not records."""
+    from workbench.cli.printing import per_rank_table
+
+    run = _run_folder(tmp_path)
+    for rank in (0, 1):
+        writer = JsonlWriter(run.metrics(rank))
+        for step in range(1, 11):
+            writer.write({"rank": rank, "step": step, "time": 1000.0 + step, "train_loss": 1.0 / step + rank})
+            writer.write({"rank": rank, "step": step, "lr": 0.1})
+        writer.write({"rank": rank, "step": 10, "time": 1010.5, "train_runtime": 9.5})  # the summary, same step
+        if rank:
+            writer.write({"rank": rank, "step": 11, "lr": 0.1})  # a step logged without a time
+        writer.close()
+        _status(run, rank, "running", 10)
+    handle = Run(run.root)
+    table = per_rank_table(handle.metrics())
+    assert list(table.columns[:2]) == ["step", "final_train_loss"]
+    assert table["final_train_loss"].tolist() == [0.1, 1.1] and table["step"].tolist() == [10, 11]
+    status = handle.status()
+    assert status.step == 10 and status.records == 21  # one row per step and rank
+    assert status.steps_per_s == pytest.approx(1.0, rel=0.1)
+    rank1 = handle.metric_frames.columns(("step", "time"))[1]
+    assert step_rate({1: rank1}) == pytest.approx(1.0, rel=0.1)  # its last row has no time: the rate still is

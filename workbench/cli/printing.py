@@ -335,10 +335,15 @@ def print_start(run: Any) -> bool:
 
 
 def per_rank_table(frame: Any) -> Any:
-    """Last step, final loss, mean step time and throughput, peak memory per rank (those logged)."""
-    wanted = {"step": ("step", "max"), "final_loss": ("loss", "last"), "step_time_s": ("step_time_s", "mean"),
+    """Last step, final loss (the last value each rank logged of the loss the job logs: loss,
+    train_loss, ...; the column says which), mean step time and throughput, peak memory per rank
+    (those logged)."""
+    from workbench.results.history import loss_metric
+
+    loss = loss_metric(frame) or "loss"
+    wanted = {"step": ("step", "max"), f"final_{loss}": (loss, "last"), "step_time_s": ("step_time_s", "mean"),
               "samples_per_s": ("samples_per_s", "mean"), "mem_mb": ("mem_mb", "max")}
-    return frame.groupby("rank").agg(**{k: v for k, v in wanted.items() if v[0] in frame})
+    return frame.groupby("rank").agg(**{k: v for k, v in wanted.items() if v[0] in frame})  # last: skips NaN
 
 
 def _print_failure(run: Any, notice: FailureNotice | None = None, status: Any = None) -> None:

@@ -196,6 +196,9 @@ def _rank_rate(frame: Columns, window_s: float) -> float | None:
     if "step" not in frame or "time" not in frame:
         return None
     times, all_steps = np.asarray(frame["time"], dtype=float), np.asarray(frame["step"])
+    if not np.isfinite(times).all():  # a step whose records carried no time (merged rows keep the others')
+        logged = np.isfinite(times)
+        times, all_steps = times[logged], all_steps[logged]
     if len(times) < 2:
         return None
     if times[-1] >= times[0]:  # in time order (as written): find the window's start by bisection
