@@ -44,7 +44,9 @@ def log(step: int, **metrics: Any) -> None:
 
         _writer = JsonlWriter(RunDir(run_dir).metrics(rank))
     values = {k: (v.item() if hasattr(v, "item") else v) for k, v in metrics.items()}
-    _writer.write({"rank": rank, "step": int(step), "time": time.time(), **values})
+    # a restarted attempt says so: the steps it logs again replace the earlier attempt's (runfolder.fold)
+    attempt = {"attempt": _monitor.attempt} if _monitor is not None and _monitor.attempt else {}
+    _writer.write({"rank": rank, "step": int(step), "time": time.time(), **values, **attempt})
     if _monitor is not None:
         _monitor.step = int(step)  # the heartbeat thread reports it
 
