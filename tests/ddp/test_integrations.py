@@ -31,8 +31,8 @@ def _per_rank(run: workbench.Run, column: str, distinct: bool = True, last_step:
     frame = run.metrics()
     assert sorted(frame["rank"].unique()) == [0, 1]
     assert (frame.groupby("rank")["step"].max() == last_step).all()
-    by_step = frame.pivot_table(index="step", columns="rank", values=column)
-    assert by_step.notna().all().all()
+    by_step = frame.set_index(["step", "rank"])[column].unstack()  # every logged step: none dropped
+    assert by_step.notna().all().all(), by_step[by_step.isna().any(axis=1)]
     if distinct:  # each rank's own value, not rank 0's copied
         assert (by_step[0] != by_step[1]).any()
 
@@ -48,12 +48,24 @@ def test_lightning_fabric(tmp_path):
 def test_accelerate_tracker(tmp_path):
     run = _launch(tmp_path, "accelerate_loop.py")
     _per_rank(run, "loss")
+    _per_rank(run, "lr", distinct=False)  # logged by a second accelerator.log at the same step: both kept
     assert "note" not in run.metrics()
 
 
 def test_transformers_trainer_callback(tmp_path):
     run = _launch(tmp_path, "hf_trainer.py")
     _per_rank(run, "loss", distinct=False)  # the Trainer logs the loss averaged over ranks
+    _hf_summary_beside_the_last_loss(run)
+
+
+def _hf_summary_beside_the_last_loss(run: workbench.Run) -> None:
+    """At its last step the Trainer logs the step's loss, then its summary: both are kept."""
+    last = run.metrics().groupby("rank").last()  # each column's last value
+    for column in ("loss", "learning_rate", "grad_norm", "train_loss", "train_runtime"):
+        assert last[column].notna().all(), column
+    frame = run.metrics()
+    at_last = frame[frame["step"] == 12]
+    assert at_last["loss"].notna().all() and at_last["train_loss"].notna().all()
 
 
 def test_only_plain_numbers_are_forwarded():

@@ -18,4 +18,5 @@ for step in range(1, 13):
     accelerator.backward(loss)
     optimizer.step()
     accelerator.log({"loss": loss.item(), "note": "text is left out"}, step=step)
+    accelerator.log({"lr": optimizer.param_groups[0]["lr"]}, step=step)  # a second call at the same step
 accelerator.end_training()
