@@ -77,8 +77,19 @@ def write_notebook(path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def page(chromium, tmp_path_factory):  # noqa: F811
-    from playwright.sync_api import expect, sync_playwright
+def browser(chromium):  # noqa: F811
+    """One Playwright session and Chromium for the module (Playwright's sync API allows one at a time)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(chromium), headless=True, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def page(browser, tmp_path_factory):
+    from playwright.sync_api import expect
 
     from tests.support.browser_fixture import run_all_cells, wait_kernel_idle
 
@@ -96,21 +107,19 @@ def page(chromium, tmp_path_factory):  # noqa: F811
     (runs / "history" / "two-ranks" / "logs" / "1_0_log.out").write_text(
         "Starting with JobEnvironment\nstep 40: loss 0.125\n" * 20)  # what a rank prints
     write_notebook(root / "dashboard.ipynb")
-    lab = start_jupyter_lab(root, {"WORKBENCH_RUN_ROOT": str(runs)})
+    lab = start_jupyter_lab(root, {"WORKBENCH_RUN_ROOT": str(runs), "XDG_CONFIG_HOME": str(base / "config")})
     ARTIFACTS.mkdir(exist_ok=True)
     try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=str(chromium), headless=True, args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport={"width": 1100, "height": 900})
-            page.set_default_timeout(60_000)
-            page.goto(lab.url("dashboard.ipynb"), timeout=90_000)
-            expect(page.locator(".jp-NotebookPanel .jp-Cell").first).to_be_visible(timeout=90_000)
-            wait_kernel_idle(page, 90_000)
-            run_all_cells(page)
-            expect(page.locator(".wb-runs")).to_be_visible(timeout=180_000)  # the last cell rendered
-            page.lab = lab
-            yield page
-            browser.close()
+        page = browser.new_page(viewport={"width": 1100, "height": 900})
+        page.set_default_timeout(60_000)
+        page.goto(lab.url("dashboard.ipynb"), timeout=90_000)
+        expect(page.locator(".jp-NotebookPanel .jp-Cell").first).to_be_visible(timeout=90_000)
+        wait_kernel_idle(page, 90_000)
+        run_all_cells(page)
+        expect(page.locator(".wb-runs")).to_be_visible(timeout=180_000)  # the last cell rendered
+        page.lab = lab
+        yield page
+        page.close()
     finally:
         lab.stop()
 
@@ -239,3 +248,222 @@ def test_runs_widget_lists_and_compares_two_runs(page):
     expect(image).to_be_visible()
     page.wait_for_function("img => img.complete && img.naturalWidth > 500", arg=image.element_handle())
     out.screenshot(path=str(ARTIFACTS / "runs-widget-compare-dark.png"))
+
+
+# --- curves a researcher trusts (issue 17): a 20,000-step run with a spike, and a live run ------------
+SPIKE_STEPS, SPIKE_STEP, SPIKE = 20_000, 12_345, 3.0
+CURVE_CELLS = [
+    """import json, os, threading, time
+from pathlib import Path
+import ipywidgets as widgets
+from workbench.launch.run import Run
+ROOT = Path(os.environ["WORKBENCH_RUN_ROOT"])""",
+    """spiky = Run.load(ROOT / "spiky").dashboard()  # 20,000 steps, rank 1 spikes once at step 12,345
+spiky""",
+    f"""spike_facts = widgets.HTML()
+def tell_spike(state):  # what the kernel drew: rank 1's raw loss line as reduced for the screen
+    live = spiky.plot.live
+    ax = live.axes[0]
+    raw = next(a for a in live.artists[0].values() if a.get_label() == "_raw rank 1")
+    x_px, y_px = ax.transData.transform(({SPIKE_STEP}, {SPIKE} * 0.9))
+    spike_facts.value = "<pre class='wb-spike-facts'>" + json.dumps({{
+        "drawn_points": len(raw.get_xdata()), "drawn_max": float(max(raw.get_ydata())), "steps": len(raw.full_x),
+        "x_px": float(x_px), "row_px": float(live.fig.bbox.height - y_px), "fig_width": float(live.fig.bbox.width),
+        "title": ax.get_title(loc="left"), "yscale": ax.get_yscale(), "smooth": spiky.plot.opts.smooth}}) + "</pre>"
+spiky.on_refresh(tell_spike)
+while spiky.state is None:
+    time.sleep(0.2)
+tell_spike(spiky.state)
+spiky.plot.live.fig.canvas.mpl_connect("draw_event", lambda _: tell_spike(spiky.state))  # a resize: again
+spike_facts""",
+    """live = Run.load(ROOT / "live").dashboard()  # the test writes its records as the ranks would
+live_facts = widgets.HTML()
+def tell_live(state):  # called by the refresh that set the widgets, with its own snapshot
+    last = {k.split("/")[1]: v for k, v in live.plot.live.last_x().items() if k.startswith("loss/rank")}
+    live_facts.value = "<pre class='wb-live-facts'>" + json.dumps({
+        "step": state.step, "badges": {f"rank {b.rank}": b.step for b in state.badges}, "last_x": last,
+        "extent": live.plot.live.view_range().data, "line": state.line,
+        "fig_width": live.plot.live.fig.bbox.width}) + "</pre>"
+live.on_refresh(tell_live)
+widgets.VBox([live.widget, live_facts])""",
+]
+
+
+def write_spiky_run(folder: Path) -> None:
+    cfg = JobConfig.from_dict({"dist": {"procs_per_node": 2}, "launch": {"run_root": str(folder.parent)}})
+    run = RunDir(folder).prepare(cfg, "local")
+    t0 = time.time() - SPIKE_STEPS * 0.1
+    rng = np.random.default_rng(0)
+    for rank in range(2):
+        writer = JsonlWriter(run.metrics(rank))
+        noise = rng.normal(0, 0.01, SPIKE_STEPS)
+        for i, step in enumerate(range(1, SPIKE_STEPS + 1)):
+            loss = 1.26 if step == 1 else 0.08 + 0.5 * np.exp(-step / 400) + noise[i]
+            loss = SPIKE if (step, rank) == (SPIKE_STEP, 1) else loss
+            writer.write({"rank": rank, "step": step, "time": t0 + 0.1 * step, "loss": float(loss), "lr": 1e-3,
+                          "step_time_s": 0.1 + noise[i], "samples_per_s": 320.0 * (1 + noise[i]),
+                          "mem_mb": 800.0 + rank})
+        writer.close()
+        write_json_atomic(run.status(rank), {"rank": rank, "state": "finished", "step": SPIKE_STEPS,
+                                             "time": time.time()})
+    write_json_atomic(run.summary, {"status": "finished"})
+
+
+class LiveWriter:
+    """Writes a 2-rank run's records as ranks do (about 20 steps/s), with heartbeats a few steps ahead
+    of the records (the engine's monitor reports the step it is on, the record follows); pausable."""
+
+    def __init__(self, folder: Path, total: int = 3000):
+        import os
+        import threading
+
+        cfg = JobConfig.from_dict({"dist": {"procs_per_node": 2}, "launch": {"run_root": str(folder.parent)}})
+        self.run = RunDir(folder).prepare(cfg, "local", job_id=str(os.getpid()))  # alive while this test is
+        self.total = total
+        self.paused, self.stopped = threading.Event(), threading.Event()
+        self.step = 0
+        events = JsonlWriter(self.run.events(0))
+        events.write({"event": "start", "rank": 0, "step": 0, "time": time.time(), "total_steps": total,
+                      "effective_batch": 16, "world_size": 2})
+        events.close()
+        self.thread = threading.Thread(target=self._write, daemon=True)
+
+    def _write(self) -> None:
+        writers = [JsonlWriter(self.run.metrics(rank)) for rank in range(2)]
+        beat = 0.0
+        while not self.stopped.is_set() and self.step < self.total:
+            if self.paused.is_set():
+                time.sleep(0.05)
+                continue
+            self.step += 1
+            for rank, writer in enumerate(writers):
+                if rank == 1 and self.step % 7 == 0:
+                    continue  # rank 1 trails a step now and then: the ranks' steps differ
+                writer.write({"rank": rank, "step": self.step, "time": time.time(), "lr": 1e-3, "step_time_s": 0.05,
+                              "loss": 0.1 + 2.0 / (1 + self.step / 50) + 0.01 * rank})
+            if time.monotonic() - beat > 0.5:
+                beat = time.monotonic()
+                for rank in range(2):  # the heartbeat says the step the rank is on: ahead of its records
+                    write_json_atomic(self.run.status(rank), {"rank": rank, "state": "running", "step": self.step + 4,
+                                                              "time": time.time(), "pid": 1, "host": "test"})
+            time.sleep(0.05)
+        for writer in writers:
+            writer.close()
+
+
+@pytest.fixture(scope="class")
+def curves(browser, tmp_path_factory):
+    from playwright.sync_api import expect
+
+    from tests.support.browser_fixture import run_all_cells, wait_kernel_idle
+
+    root = tmp_path_factory.mktemp("curves") / "lab"
+    root.mkdir()
+    runs = root / "runs"
+    write_spiky_run(runs / "spiky")
+    writer = LiveWriter(runs / "live")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in CURVE_CELLS])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, root / "curves.ipynb")
+    lab = start_jupyter_lab(root, {"WORKBENCH_RUN_ROOT": str(runs), "XDG_CONFIG_HOME": str(root.parent / "config")})
+    ARTIFACTS.mkdir(exist_ok=True)
+    writer.thread.start()
+    try:
+        page = browser.new_page(viewport={"width": 1100, "height": 900})
+        page.set_default_timeout(60_000)
+        page.goto(lab.url("curves.ipynb"), timeout=90_000)
+        expect(page.locator(".jp-NotebookPanel .jp-Cell").first).to_be_visible(timeout=90_000)
+        wait_kernel_idle(page, 90_000)
+        run_all_cells(page)
+        expect(page.locator(".wb-live-facts")).to_be_visible(timeout=180_000)
+        page.writer = writer
+        yield page
+        page.close()
+    finally:
+        writer.stopped.set()
+        writer.thread.join(timeout=10)
+        lab.stop()
+
+
+def _facts(page, selector: str) -> dict:
+    return json.loads(page.locator(selector).first.inner_text())
+
+
+@pytest.mark.usefixtures("curves")
+class TestCurves:
+    def test_a_20000_step_runs_spike_is_drawn_at_default_settings(self, curves):
+        from playwright.sync_api import expect
+
+        page = curves
+        expect(page.locator(".wb-spike-facts")).to_be_visible(timeout=120_000)
+        facts = _facts(page, ".wb-spike-facts")
+        assert facts["steps"] == SPIKE_STEPS and facts["smooth"] == 0.6  # every step held, default smoothing
+        assert facts["drawn_max"] == SPIKE and facts["drawn_points"] < 4 * facts["fig_width"], facts  # M4 kept it
+        assert facts["title"] == "training loss · loss" and facts["yscale"] == "log", facts  # 1.26 -> 0.08: log-y
+        out = cell(page, 1)
+        canvas = out.locator(".jupyter-matplotlib-canvas-div canvas").first
+        canvas.scroll_into_view_if_needed()
+        # the browser's own pixels: rank 1's orange at the spike's top (faint: the raw series), not grey
+        # grid, read once the figure has taken the output's width (the facts follow each draw)
+        orange = page.wait_for_function("""cell => {
+            const c = cell.querySelector(".jupyter-matplotlib-canvas-div canvas");  // the current one
+            const f = JSON.parse(document.querySelector(".wb-spike-facts").innerText);
+            if (!c || Math.abs(c.width - f.fig_width) > 1 || c.width < 500) return 0;
+            const d = c.getContext("2d").getImageData(Math.round(f.x_px) - 3, Math.round(f.row_px) - 3, 7, 7).data;
+            let n = 0;
+            for (let i = 0; i < d.length; i += 4)
+                if (d[i] > d[i + 1] + 15 && d[i] > d[i + 2] + 40) n++;
+            return n;
+        }""", arg=out.element_handle(), timeout=90_000).json_value()
+        assert orange > 0
+        width = out.locator(".wb-plot").first.bounding_box()["width"]
+        assert abs(_facts(page, ".wb-spike-facts")["fig_width"] - width) < 12, width  # the figure fills the output
+        out.locator(".wb-progress").scroll_into_view_if_needed()
+        page.screenshot(path=str(ARTIFACTS / "dashboard-20000-steps-spike.png"))
+
+    def test_a_live_dashboards_step_numbers_agree(self, curves):
+        page = curves
+        page.wait_for_function("""() => {
+            const f = document.querySelector(".wb-live-facts");
+            return f && JSON.parse(f.innerText).step >= 150;
+        }""", timeout=120_000)
+        for _ in range(6):  # while records stream in: each refresh's own snapshot agrees with itself
+            facts = _facts(page, ".wb-live-facts")
+            assert facts["last_x"] == facts["badges"], facts  # each curve ends at its rank's badge
+            assert facts["step"] == min(facts["badges"].values()), facts  # the progress line: the slowest rank
+            assert facts["extent"][1] == max(facts["badges"].values()), facts  # the range line: the data's end
+            assert f"step {facts['step']}/3000" in facts["line"], facts
+            page.wait_for_timeout(700)
+        page.writer.paused.set()  # hold still: what the page shows must be what the kernel drew
+        out = cell(page, 3)
+        progress = out.locator(".wb-progress")
+        text = progress.inner_text()
+        for _ in range(20):
+            page.wait_for_timeout(1500)
+            if progress.inner_text() == text:
+                break
+            text = progress.inner_text()
+        facts = _facts(page, ".wb-live-facts")
+        shown_step = int(re.search(r"step (\d+)/3000", text).group(1))
+        badges = {m.group(1): int(m.group(2)) for m in
+                  (re.search(r"(rank \d+): running @ (\d+)", b) for b in out.locator(".wb-badge").all_inner_texts())}
+        view = out.locator(".wb-view").inner_text()
+        low, high = (int(v.replace(",", "")) for v in re.search(r"step ([\d,]+) – ([\d,]+)", view).groups())
+        assert shown_step == facts["step"] == min(badges.values()), (text, badges, facts)
+        assert badges == facts["badges"] == facts["last_x"], (badges, facts)
+        assert (low, high) == (1, max(badges.values())) and "all data" in view, view
+        assert shown_step < page.writer.step + 4  # the heartbeats said more: the snapshot's records rule
+        out.locator(".wb-progress").scroll_into_view_if_needed()
+        # the browser shows the whole figure (axes, titles, curves) at the output's width, with nothing new
+        # to draw: a canvas view that (re)connects gets the whole picture, not only the next change
+        page.wait_for_function("""([cell, width]) => {
+            const c = cell.querySelector(".jupyter-matplotlib-canvas-div canvas");
+            if (!c || Math.abs(c.width - width) > 1) return false;
+            const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+            let dark = 0;
+            for (let i = 0; i < d.length; i += 4)
+                if (d[i] < 90 && d[i + 1] < 90 && d[i + 2] < 90 && d[i + 3] > 200) dark++;
+            return dark > 3000;
+        }""", arg=[out.element_handle(), facts["fig_width"]], timeout=30_000)
+        page.screenshot(path=str(ARTIFACTS / "dashboard-live-one-clock.png"))
+        page.writer.paused.clear()

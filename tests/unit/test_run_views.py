@@ -320,3 +320,79 @@ def test_the_live_straggler_verdict_and_the_finished_runs_verdict_agree(tmp_path
     final = handle.health(RunStatus("finished"))["stragglers"]  # over every record
     assert list(live) == list(final) == [1] == Run.load(run.root).stragglers()["rank"].tolist()
     assert handle.report()["stragglers"]["rank"].tolist() == [1]
+
+
+# --- one clock, downloads, figures that show themselves ---------------------------------------------
+def test_one_refresh_shows_one_snapshot_progress_badges_range_and_curves_agree(tmp_path, monkeypatch):
+    """Heartbeats run ahead of the records (rank 0 says step 1018, its last record is 1014): the
+    progress line, the badges, the range line and the curves all give the snapshot's logged steps."""
+    from workbench.ui.dashboard import Dashboard, badges_html
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    run = run_folder(tmp_path, world=2, steps=1000)
+    for rank, last in ((0, 1014), (1, 1010)):
+        writer = JsonlWriter(run.metrics(rank))
+        for step in range(1001, last + 1):
+            writer.write({"rank": rank, "step": step, "time": time.time(), "loss": 0.01, "lr": 1e-3})
+        writer.close()
+        write_json_atomic(run.status(rank), {"rank": rank, "state": "running", "step": last + 8, "time": time.time()})
+    JsonlWriter(run.events(0)).write({"event": "start", "rank": 0, "time": time.time(), "total_steps": 2000,
+                                      "effective_batch": 16})
+    dash = Dashboard(Run.load(run.root), autostart=False)
+    state = dash.refresh()
+    assert [(b.rank, b.step) for b in state.badges] == [(0, 1014), (1, 1010)]
+    assert state.step == 1010 and state.line.startswith("running · step 1010/2000 (50%)")
+    assert "rank 0: running @ 1014" in badges_html(state) and "step 1010/2000" in dash.eta.value
+    assert "step 1 – 1,014: all data" in dash.plot.view.value
+    last = dash.plot.live.last_x()
+    assert last["loss/rank 0"] == 1014 and last["loss/rank 1"] == 1010 and max(last.values()) == 1014
+
+
+def test_downloads_are_served_by_the_jupyter_server_not_carried_in_the_page(tmp_path, monkeypatch):
+    from workbench.ui.dashboard import Dashboard, download_html, files_url
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
+    run = run_folder(tmp_path, world=2, steps=50)
+    exported = Run.load(run.root).export_metrics()
+    assert files_url(exported) is None  # no Jupyter server known: the path is said instead
+    assert "outside the folder the Jupyter server serves" in download_html(exported)
+    (tmp_path / "runtime").mkdir()
+    (tmp_path / "runtime" / "jpserver-1.json").write_text(json.dumps(
+        {"root_dir": str(tmp_path), "base_url": "/lab-base/", "pid": os.getppid(), "url": "http://127.0.0.1:1/"}))
+    dash = Dashboard(Run.load(run.root), autostart=False)
+    dash.download("csv")
+    link = dash.download_link.value
+    assert "href='/lab-base/files/run/exports/metrics.csv'" in link and "data:" not in link
+    assert "download='metrics.csv'" in link and str(exported) in link
+
+
+def test_compare_and_plot_show_themselves_in_a_fresh_notebook(tmp_path):
+    """In a kernel where pyplot was never imported, IPython shows a bare Figure as `<Figure size ...>`;
+    these figures give a PNG."""
+    from IPython.core.formatters import DisplayFormatter
+
+    import workbench
+    from tests.support.runs import write_run
+
+    first = write_run(tmp_path, "a", 1, "none")
+    second = write_run(tmp_path, "b", 2, "linear")
+    shown = DisplayFormatter().format(workbench.compare([first, second]))[0]
+    assert shown["image/png"].startswith(b"\x89PNG") if isinstance(shown["image/png"], bytes) else shown["image/png"]
+    assert "image/png" in DisplayFormatter().format(Run.load(first).plot())[0]
+
+
+def test_the_cli_plot_draws_the_evals(tmp_path, capsys):
+    """`workbench follow` of a finished run writes plots/loss.png with its validation panel."""
+    from PIL import Image
+
+    from tests.support.runs import write_run
+    from workbench.cli import main
+    from workbench.results.panels import EVAL_COLOURS
+
+    folder = write_run(tmp_path, "evals", 2, "none")
+    main(["follow", str(folder)])
+    assert "per-rank plot" in capsys.readouterr().out
+    image = np.asarray(Image.open(folder / "plots" / "loss.png").convert("RGB")).astype(int)
+    teal = np.array([int(EVAL_COLOURS[0][i:i + 2], 16) for i in (1, 3, 5)])  # val_accuracy's colour
+    assert (np.abs(image - teal).sum(axis=2) < 30).sum() > 20

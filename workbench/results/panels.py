@@ -215,7 +215,7 @@ def spans_a_decade(specs: list[Spec]) -> bool:
     """Whether the panel's values (all positive) span more than a factor of 10: log-y reads better."""
     lows, highs = [], []
     for spec in specs:
-        if spec.kind in ("line", "points") and len(spec.y) and np.isfinite(spec.y).any():
+        if spec.kind in ("line", "points", "band") and len(spec.y) and np.isfinite(spec.y).any():
             lows.append(float(np.nanmin(spec.y)))
-            highs.append(float(np.nanmax(spec.y)))
+            highs.append(float(np.nanmax(spec.y if spec.y2 is None else spec.y2)))
     return bool(lows) and min(lows) > 0 and max(highs) > 10 * min(lows)

@@ -241,7 +241,8 @@ def decorate(ax: Axes, panel: Panel, specs: list[Spec], opts: PlotOptions, x: st
 def use_log(panel: Panel, specs: list[Spec], opts: PlotOptions) -> bool:
     if not panel.log_able or opts.log_y is False:
         return False
-    lows = [float(np.nanmin(s.y)) for s in specs if s.kind in ("line", "points") and np.isfinite(s.y).any()]
+    # every value drawn counts, the band's lows too: a value at or below 0 cannot be shown on log-y
+    lows = [float(np.nanmin(s.y)) for s in specs if s.kind in ("line", "points", "band") and np.isfinite(s.y).any()]
     return bool(lows) and min(lows) > 0 and (opts.log_y is True or spans_a_decade(specs))
 
 

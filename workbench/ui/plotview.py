@@ -92,6 +92,7 @@ class MetricsPlot:
         self.opts, ranks_text = initial_options(dict(given), remember)
         self.live = LiveFigure(interactive=True)
         self.live.on_view = self._on_view
+        self.live.on_canvas = self._on_canvas
         self._lock = threading.Lock()
         self._build_widgets(ranks_text)
         self.live.canvas.mpl_connect("motion_notify_event", self._on_hover)
@@ -120,7 +121,13 @@ class MetricsPlot:
             control.observe(lambda _: self._on_controls(), names="value")
         controls = w.HBox([self.x, self.log_y, self.smooth, self.ranks, self.theme],
                           layout=w.Layout(flex_flow="row wrap", align_items="center"))
-        self.widget = w.VBox([controls, self.note, self.view, self.live.canvas, self.hover])
+        self.width = w.Text(continuous_update=True, layout=w.Layout(display="none"))
+        self.width.add_class("wb-width-sink")
+        self.width.observe(self._on_width, names="value")
+        self.figure_box = w.Box([self.live.canvas])
+        self.widget = w.VBox([controls, self.note, self.view, self.figure_box, self.hover, self.width,
+                              width_probe()], layout=w.Layout(width="100%"))
+        self.widget.add_class("wb-plot")
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         return self.widget._repr_mimebundle_(**kwargs)
@@ -142,6 +149,23 @@ class MetricsPlot:
     def redraw(self) -> str:
         with self._lock:
             return self.live.update(self.data, self.evals, self.opts, live=self.live_run)
+
+    def _on_width(self, change: Any) -> None:
+        """The browser measured the output's width: the figure fills it."""
+        try:
+            width = int(float(change["new"]))
+        except (TypeError, ValueError):
+            return
+        with self._lock:
+            self.live.set_width(width)
+
+    def _on_canvas(self, new: Any, old: Any) -> None:
+        """The figure changed size: its new canvas takes the old one's place, in a new box (ipympl's
+        view does not leave the page when it is removed; the box's view takes it along)."""
+        box, self.figure_box = self.figure_box, w.Box([new])
+        self.widget.children = tuple(self.figure_box if child is box else child for child in self.widget.children)
+        box.close()
+        old.close()
 
     def _on_controls(self) -> None:
         try:
@@ -176,6 +200,45 @@ class MetricsPlot:
         more = f" · … {len(found) - HOVER_SERIES} more" if len(found) > HOVER_SERIES else ""
         self.hover.value = (f"<span class='wb-hover' style='font-size:90%'>{html.escape(self.live.panels[i].title)}"
                             f" at {html.escape(head)}: " + " · ".join(parts) + more + "</span>")
+
+
+WIDTH_PROBE = """
+(function () {
+  // Measure the plot's box (as wide as the output) and send its width to the kernel through the
+  // hidden text box beside it; again whenever it changes (a window or side panel resized).
+  const script = document.currentScript;
+  function attach(tries) {
+    const roots = [...document.querySelectorAll(".wb-plot")].filter(r => !r.dataset.wbWidth);
+    const ready = roots.filter(r => r.querySelector(".wb-width-sink input"));
+    for (const root of ready) {
+      root.dataset.wbWidth = "1";
+      const input = root.querySelector(".wb-width-sink input");
+      let sent = 0, timer = 0;
+      const send = () => {
+        const width = Math.floor(root.getBoundingClientRect().width) - 4;
+        if (width > 200 && Math.abs(width - sent) > 8) {
+          sent = width;
+          input.value = String(width);
+          input.dispatchEvent(new Event("input", {bubbles: true}));
+        }
+      };
+      new ResizeObserver(() => { clearTimeout(timer); timer = setTimeout(send, 300); }).observe(root);
+      send();
+    }
+    if ((!ready.length || ready.length < roots.length) && tries < 300) setTimeout(() => attach(tries + 1), 100);
+  }
+  attach(0);
+})();
+"""
+
+
+def width_probe() -> Any:
+    """An Output holding WIDTH_PROBE as JavaScript: JupyterLab runs it (outputs made in the session are
+    trusted); where it does not run (an untrusted notebook, another frontend) the default width stays."""
+    probe = w.Output(layout=w.Layout(display="none"))
+    probe.outputs = ({"output_type": "display_data", "metadata": {},
+                      "data": {"application/javascript": WIDTH_PROBE, "text/plain": ""}},)
+    return probe
 
 
 def number(value: float) -> str:

@@ -43,6 +43,9 @@ if TYPE_CHECKING:
 
 Limits = tuple[tuple[float, float], tuple[float, float]]
 _NUMBERS = iter(range(10**6, 10**9))  # figure numbers for ipympl managers (never registered with pyplot)
+DEFAULT_WIDTH_PX = 960
+"""The figure's width until the browser has measured the output's (JupyterLab with the file browser
+closed in a 1100 px window gives ~1000 px)."""
 LIVE_HEADROOM = 0.15
 """While a run goes, x reaches this much past the data (fewer full draws as it grows)."""
 
@@ -64,7 +67,7 @@ def make_canvas(fig: Any, interactive: bool) -> Any:
     canvas.header_visible = False
     canvas.footer_visible = False  # the hover line under the figure says more (every series at x)
     canvas.resizable = False
-    canvas.toolbar_position = "left"  # zoom, pan, home: shown while the pointer is over the figure
+    canvas.toolbar_position = "top"  # zoom, pan, home: shown while the pointer is over the figure
     return canvas
 
 
@@ -76,6 +79,12 @@ def _canvas_class() -> Any:
     from ipympl.backend_nbagg import Canvas
 
     class EmbeddedCanvas(Canvas):
+        def handle_refresh(self, event: Any) -> None:
+            """A view (re)connected and cleared its picture: ask for a draw now (the whole picture
+            follows), not only at the next change (a live view with nothing new stayed blank)."""
+            super().handle_refresh(event)
+            self.draw_idle()
+
         def send_binary(self, data: Any) -> None:
             super().send_binary(data)
             url: Any = getattr(self, "_data_url", None)
@@ -98,13 +107,16 @@ class ViewRange:
 class LiveFigure:
     """The run's panels on one canvas; `update()` redraws what changed and says how."""
 
-    def __init__(self, interactive: bool = False, width_px: int = 1000, dpi: int = 100, columns: int = 3):
+    def __init__(self, interactive: bool = False, width_px: int = DEFAULT_WIDTH_PX, dpi: int = 100):
         from matplotlib.figure import Figure
 
-        self.columns = columns
-        self.dpi = dpi
+        self.interactive = interactive
         self.fig = Figure(figsize=(width_px / dpi, 4.0), dpi=dpi)
-        self.canvas = make_canvas(self.fig, interactive)
+        self.canvas: Any = None
+        self.on_canvas: Callable[[Any, Any], None] | None = None
+        """Called with (new canvas, old canvas) when the figure changed size: the browser's view of
+        an ipympl canvas does not follow a size set from the kernel, so a new canvas takes its place."""
+        self._last: tuple[Any, ...] | None = None
         self.opts: PlotOptions | None = None
         self.views = Views()
         self.data = MetricData({})
@@ -122,9 +134,34 @@ class LiveFigure:
         self.live = True
         self.on_view: Callable[[], None] | None = None
         """Called whenever the x range shown changes (a zoom, a pan, a refit)."""
+        self._new_canvas()
+        self.fig.canvas.mpl_connect("draw_event", self._on_draw)  # the figure's registry: kept by a new canvas
+
+    @property
+    def columns(self) -> int:
+        """Panels per row: as many as keep each ~300 px wide or more."""
+        return max(1, min(3, int(self.fig.bbox.width // 300)))
+
+    def _new_canvas(self) -> None:
+        old = self.canvas
+        self.canvas = make_canvas(self.fig, self.interactive)
         draw = self.canvas.draw
         self.canvas.draw = lambda *a, **k: self._locked(draw, *a, **k)
-        self.canvas.mpl_connect("draw_event", self._on_draw)
+        self._background = None
+        if old is not None and self.on_canvas is not None:
+            self.on_canvas(self.canvas, old)
+
+    def set_width(self, width_px: int) -> bool:
+        """Fit the figure to `width_px` (the output's width, measured by the browser) and redraw;
+        False when it is that wide already (within a few pixels)."""
+        with self._lock:
+            if width_px < 200 or abs(self.fig.bbox.width - width_px) < 8:
+                return False
+            self.fig.set_size_inches(width_px / self.fig.dpi, self.fig.get_figheight(), forward=False)
+            self._layout = None  # laid out again, at the new size
+            if self._last is not None:
+                self.update(*self._last)
+            return True
 
     def _locked(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         with self._lock:
@@ -135,6 +172,7 @@ class LiveFigure:
                live: bool = True) -> str:
         """"full" (everything drawn) or "lines" (the new data only, over the background)."""
         with self._lock, theme_rc(opts.theme):
+            self._last = (frame, evals, opts, live)
             self.data, self.live = as_data(frame, evals), live
             x = self.data.axis(opts.x)
             panels = choose_panels(self.data, opts.panels)
@@ -183,13 +221,11 @@ class LiveFigure:
         return "full"
 
     def _resize(self, nrows: int) -> None:
-        width = self.fig.get_figwidth()
         height = 0.55 + 2.75 * nrows
         if abs(self.fig.get_figheight() - height) > 1e-6:
-            self.fig.set_size_inches(width, height, forward=False)
-            if hasattr(self.canvas, "_size"):  # ipympl: the browser's canvas follows this size
-                self.canvas._size = tuple(self.fig.bbox.size)
-                self.canvas.manager.resize(*self.fig.bbox.size)
+            self.fig.set_size_inches(self.fig.get_figwidth(), height, forward=False)
+        if self.interactive and tuple(self.canvas._size) != tuple(self.fig.bbox.size):
+            self._new_canvas()
 
     def _full_draw(self) -> None:
         for artist in self._all_artists():
@@ -315,13 +351,14 @@ class LiveFigure:
         return out.getvalue()
 
     def last_x(self) -> dict[str, float]:
-        """Per drawn line (its label): the last x of its full data (what a test checks against the
-        progress line)."""
+        """Per drawn series ("panel/label", e.g. "loss/rank 0"): the last x of its full data (what a
+        test checks against the progress line)."""
         found = {}
-        for artist in self._all_artists():
-            full = getattr(artist, "full_x", None)
-            if full is not None and len(full):
-                found[str(artist.get_gid() or artist.get_label())] = float(full[-1])
+        for panel, artists in zip(self.panels, self.artists):
+            for artist in artists.values():
+                full = getattr(artist, "full_x", None)
+                if full is not None and len(full):
+                    found[f"{panel.key}/{artist.get_gid() or artist.get_label()}"] = float(full[-1])
         return found
 
 
