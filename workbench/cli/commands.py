@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -126,7 +127,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     if before.done and run.job_done():
         print(f"[workbench] run {run.folder} already ended: {before}")
         return 0
-    run.cancel()
+    run.cancel(by=f"workbench cancel (pid {os.getpid()})")
     status = run.status()
     print(f"[workbench] run {run.folder}: {status}")
     return 0 if status.done else 1

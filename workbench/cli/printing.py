@@ -21,11 +21,13 @@ def follow(run: Any, quiet: bool = False, owned: bool = False, ranks: str | None
     printer = ProgressPrinter(quiet=quiet, ranks=ranks)
     notice = FailureNotice()
     plot = EndPlot(run)
+    warned = [0]  # warnings printed so far
 
     def poll(run: Any) -> None:
         check_stop()  # a stop signal is raised here, between polls (never inside an import)
         printer(run)
         notice(run)
+        warned[0] = warn_new(run, warned[0])
         plot.when_ready(run.latest_status)
 
     try:  # a stop signal from here on (even right after the first line) ends the follow cleanly
@@ -119,6 +121,16 @@ class FailureNotice:
         line = f"workbench: {failure}; {fix}" if fix is not None else f"[workbench] {failure}"
         with contextlib.suppress(OSError):
             print(line.rstrip("; "), file=sys.stderr, flush=True)
+
+
+def warn_new(run: Any, shown: int) -> int:
+    """Print the warnings the ranks reported since the `shown` first ones (a rank named hung under
+    dist.on_hang: warn, a mirror that failed, set_epoch not called); returns how many are shown."""
+    warnings = run.event_summary().warnings
+    for line in warnings[shown:]:
+        with contextlib.suppress(OSError):
+            print(f"[workbench] warning: {line}", file=sys.stderr, flush=True)
+    return len(warnings)
 
 
 def user_fix(failure: Any) -> str | None:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from workbench.engine.rendezvous import publish_port
+from workbench.runfolder.causes import cause_of, from_record
 from workbench.runfolder.layout import RunDir, read_json, write_json_atomic
 from workbench.runfolder.rankstate import HEARTBEAT_S
 
@@ -72,9 +73,14 @@ class Supervisor:
     # --- naming ----------------------------------------------------------------------------------
     @staticmethod
     def failures(run: RunDir) -> list[dict[str, Any]]:
-        """The current attempt's error records, oldest first: the first is the cause."""
-        found = (read_json(p) or {} for p in run.rank_files("errors").values())
-        return sorted(found, key=lambda e: float(e.get("time") or 0))
+        """The current attempt's error records, the cause first (workbench.runfolder.causes: the
+        earliest that is not a knock-on error), then the others in time order."""
+        found = {rank: e for rank, e in ((r, run.read_error(r)) for r in run.rank_files("errors")) if e is not None}
+        cause = cause_of([from_record(rank, e) for rank, e in found.items()])
+        if cause is None:
+            return []
+        order = [cause.rank, *(f.rank for f in cause.consequences)]
+        return [found[rank] for rank in order if rank in found]
 
     # --- the regroup barrier (all ranks must reach it) ------------------------------------------
     def regroup(self, folder: RunDir, key: str, host: str,
