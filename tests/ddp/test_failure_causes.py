@@ -211,6 +211,30 @@ def test_torchrun_variables_and_the_record_error_file_are_read_into_the_failure(
     assert_nothing_left(run.folder)
 
 
+def test_a_meeting_port_taken_before_the_ranks_meet_is_replaced_by_a_fresh_one(tmp_path, monkeypatch):
+    """Another process listens on the port the submitter chose (as one may in the seconds before
+    rank 0 binds it): rank 0 cannot listen there, every rank meets again on a fresh port."""
+    import socket
+
+    import workbench.launch.executors as executors
+
+    taken = socket.socket()
+    taken.bind(("", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    monkeypatch.setattr(executors, "free_port", lambda host="127.0.0.1": port)
+    try:
+        run = workbench.submit(cfg(tmp_path, max_steps=5))
+        status = run.wait(timeout=240)
+    finally:
+        taken.close()
+    assert status.state == "finished", run.exception()
+    warnings = run.event_summary().warnings
+    assert any(f"port {port} was taken before the ranks met" in w for w in warnings), warnings
+    assert not run.failures() and not list(run.dir.folder("errors").glob("rank*.json"))
+    assert_nothing_left(run.folder)
+
+
 def test_sigint_stops_a_cli_started_with_sigint_ignored(tmp_path):
     """`workbench launch ... &` in a script: the shell starts it with SIGINT ignored; kill -INT stops it."""
     proc = _launch(tmp_path, "train", "100000", preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))

@@ -37,7 +37,12 @@ from types import FrameType
 from typing import Any
 
 from workbench.engine.env import DistEnv
-from workbench.engine.monitor import PEER_FAILED_EXIT_CODE, node_name
+from workbench.engine.monitor import (
+    PEER_FAILED_EXIT_CODE,
+    PORT_RETRY_ENV,
+    PORT_TAKEN_EXIT_CODE,
+    node_name,
+)
 from workbench.engine.preempt import SIGNAL as PREEMPT_SIGNAL
 from workbench.engine.rendezvous import RankContract, attempt
 from workbench.engine.supervisor import LOST, POLL_S, Supervisor
@@ -58,6 +63,9 @@ from workbench.runfolder.rankstate import killed_message
 from workbench.runfolder.writer import JsonlWriter
 
 STDERR_TAIL_BYTES = 32_000
+PORT_RETRIES = 3
+"""How often the ranks meet again on a fresh port when the chosen one was taken before they met."""
+PORT_TAKEN = "port taken"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
@@ -92,6 +100,8 @@ class RankAgent:
         self._alive_at = time.time()
         self._kill_after_s = KILL_AFTER_S
         self.supervisor = Supervisor(self.rank, env.world_size, lambda: bool(self.stop_signal))
+        self.port_retry = 1
+        """The next meeting on a fresh port, should the chosen one be taken before the ranks meet."""
         self.parent = os.getppid()
         """Whoever started this agent (the local controller, slurmstepd): its death stops the rank."""
         self.tee: Tee | None = None
@@ -106,6 +116,8 @@ class RankAgent:
             if restart and not self._regroup(restart):
                 break
             outcome = self._attempt(restart)
+            while outcome == PORT_TAKEN and self.port_retry <= PORT_RETRIES and self._meet_again(restart):
+                outcome = self._attempt(restart)
             if outcome != "failed" or self.stop_signal:
                 break
         return "stopped" if self.stop_signal else outcome
@@ -139,7 +151,8 @@ class RankAgent:
                 "TORCHELASTIC_ERROR_FILE": str(elastic),
                 "TORCHELASTIC_SIGNALS_TO_HANDLE": os.environ.get("TORCHELASTIC_SIGNALS_TO_HANDLE",
                                                                  "SIGTERM,SIGINT,SIGHUP,SIGQUIT"),
-                "TORCH_NCCL_ASYNC_ERROR_HANDLING": os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")}
+                "TORCH_NCCL_ASYNC_ERROR_HANDLING": os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
+                **({PORT_RETRY_ENV: "1"} if self.port_retry <= PORT_RETRIES else {})}
 
     def _watch(self, worker: subprocess.Popen[bytes], number: int) -> str:
         self.supervisor.watch_anew()
@@ -153,6 +166,9 @@ class RankAgent:
             if self.stop_signal:
                 self.note_parent_gone()
                 return "stopped"
+            if self.rank and self.run.down_mark(self._port_key(number), 0).exists():  # rank 0 could not listen
+                self._kill_after_s = 0.5  # waiting for a port that was never opened: nothing to save
+                return PORT_TAKEN
             if self._peers_ended_it(number):
                 return "failed"
             time.sleep(POLL_S)
@@ -180,6 +196,8 @@ class RankAgent:
             return "finished"
         if code == REQUEUE_EXIT_CODE:
             return "requeue"
+        if code == PORT_TAKEN_EXIT_CODE and not self.stop_signal:
+            return PORT_TAKEN
         if self.stop_signal:
             return "stopped"
         if code != PEER_FAILED_EXIT_CODE:
@@ -228,6 +246,26 @@ class RankAgent:
                                      self.requeue, host=node_name(), parent_pid=self.parent)
 
     # --- restarting together ---------------------------------------------------------------------
+    def _port_key(self, number: int) -> str:
+        restart = number - self.requeue * (self.max_restarts + 1)
+        return self.run.port_retry_key(self.run.restart_key(self.job_key, restart), self.port_retry)
+
+    def _meet_again(self, restart: int) -> bool:
+        """Rank 0 could not listen on the meeting port (taken by another process before the ranks
+        met): every rank's worker is down, all meet on a fresh port, the same attempt starts again."""
+        number = self.requeue * (self.max_restarts + 1) + restart
+        self._write_status("restarting", number)
+        old = self.env.master_port
+        met = self.supervisor.regroup(self.run, self._port_key(number), self.env.master_addr, lead=dict)
+        self.port_retry += 1
+        if met is None:
+            return False
+        self.env = dataclasses.replace(self.env, master_port=int(met["port"]))
+        if self.rank == 0:
+            self._event(events.WARNING, number, message=f"port {old} was taken before the ranks met: they met "
+                                                        f"again on port {self.env.master_port}")
+        return True
+
     def _regroup(self, restart: int) -> bool:
         """Wait until every rank's worker is down, then meet at a fresh port; False if stopped."""
         number = self.requeue * (self.max_restarts + 1) + restart

@@ -26,13 +26,17 @@ from workbench.engine.hang import HangWatch, hung_message, main_frame, stack_tex
 from workbench.engine.mirrors import NoMirrors
 from workbench.engine.userframes import user_traceback
 from workbench.runfolder import events
-from workbench.runfolder.failures import describe, error_record, write_error
+from workbench.runfolder.failures import describe, error_record, port_taken, write_error
 from workbench.runfolder.layout import RunDir, write_json_atomic
 from workbench.runfolder.private import make_dirs, open_private
 from workbench.runfolder.rankstate import ACTIVE, HEARTBEAT_S, is_lost, lost_message
 from workbench.runfolder.writer import JsonlWriter
 
 PEER_FAILED_EXIT_CODE = 75
+PORT_TAKEN_EXIT_CODE = 77
+"""Rank 0 found the meeting port taken before the ranks met: its agent meets the others on a fresh one."""
+PORT_RETRY_ENV = "WORKBENCH_PORT_RETRY"
+"""Set by the agent while a taken port may be retried: such a failure is then not recorded."""
 PEER_POLL_S = 0.25
 """How often a rank looks for a peer's failure (its error file) between heartbeats."""
 BUSY_CPU_FRACTION = 0.05
@@ -131,6 +135,8 @@ class RankMonitor:
         this rank before its own is recorded: every rank that raised keeps its error."""
         with self._recording:  # _abort waits for it, then leaves the ending to this thread
             self.failing = True
+            if os.environ.get(PORT_RETRY_ENV) and port_taken(exc) and not self.step:
+                return  # not a failure yet: the agents meet again on a fresh port (worker: PORT_TAKEN_EXIT_CODE)
             full = "".join(traceback.format_exception(exc))
             kind, message = describe(exc)
             write_error(self.run, self.rank, error_record(self.rank, kind, _clip(message), _clip(user_traceback(exc)),

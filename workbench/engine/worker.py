@@ -46,6 +46,13 @@ def main(argv: list[str] | None = None) -> int:
     except Terminated as exc:
         return 128 + signal.Signals[str(exc)].value
     except Exception as exc:  # noqa: BLE001 - every failure is shown once, in the user's frames
+        from workbench.engine.monitor import PORT_RETRY_ENV, PORT_TAKEN_EXIT_CODE
+        from workbench.runfolder.failures import port_taken
+
+        if os.environ.get(PORT_RETRY_ENV) and port_taken(exc):
+            print(f"[workbench] port {os.environ.get('MASTER_PORT')} was taken before the ranks met: "
+                  "they meet again on a fresh one", file=sys.stderr, flush=True)
+            return PORT_TAKEN_EXIT_CODE
         show_failure(exc, args.run_dir, attempt)
         return 1
 

@@ -38,6 +38,18 @@ def disk_full_error(path: str | os.PathLike[str], cause: OSError) -> OSError:
     return OSError(cause.errno, f"disk full ({what}) writing {os.fspath(path)}", os.fspath(path))
 
 
+def port_taken(exc: BaseException | None) -> bool:
+    """Rank 0 could not listen on the meeting port: another process took it (EADDRINUSE), itself,
+    its cause or its context (torch's DistNetworkError says it in words)."""
+    seen = 0
+    while exc is not None and seen < 10:
+        if (isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE) or "EADDRINUSE" in str(exc) \
+                or "address already in use" in str(exc).lower():
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
 def describe(exc: BaseException) -> tuple[str, str]:
     """(type, message) of an exception as users see it; a full disk says so, with the path."""
     full = disk_full_cause(exc)

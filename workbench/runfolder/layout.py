@@ -229,6 +229,11 @@ class RunDir:
         """The meeting after the restart-th failure (launch.max_restarts) of the job started at `start_key`."""
         return f"{start_key}-restart{restart}"
 
+    @staticmethod
+    def port_retry_key(attempt_key: str, retry: int) -> str:
+        """The meeting on a fresh port after the one of `attempt_key` was taken before the ranks met."""
+        return f"{attempt_key}-port{retry}"
+
     def log_files(self, rank: int, suffix: str) -> list[Path]:
         """The rank's stdout ("out") or stderr ("err") files, one per attempt (submitit names them)."""
         return sorted(self.logs.glob(f"*_{rank}_log.{suffix}"))
