@@ -19,7 +19,7 @@ pytestmark = pytest.mark.timeout(60)
      "TypeError: task factory tests.support.tasks_for_tests.wrong_return returned int; return workbench.Task(model=..., "
      "train_dataset=..., loss_fn=...) or a dict with those keys"),
     ({"name": "synthetic", "options": {"n_train": 8}},
-     "workbench.config.types.ConfigError: train.micro_batch_size: the training set has 8 samples but one "
+     "workbench.errors.ConfigError: train.micro_batch_size: the training set has 8 samples but one "
      "optimizer step needs 16 (micro_batch_size x grad_accum_steps x world_size); lower micro_batch_size or "
      "grad_accum_steps, or use fewer ranks"),
 ])
