@@ -2,6 +2,8 @@
 
     python bench/dashboard_bench.py [--ranks 64] [--points 20000] [--records 60]
 
+    python bench/dashboard_bench.py --ranks 64,8 --points 20000     # both budgets, one after the other
+
 (a) A run folder with `ranks` x `points` realistic metric records (written with the engine's own
     JsonlWriter into the RunDir layout, plus status files and a start event), a Dashboard with
     autostart=False, and timed `refresh()` calls: the first one (reads every file, first draw),
@@ -9,8 +11,10 @@
     would see), idle ones (nothing new), and ones after a loss spike that forces the axes to be
     redrawn with new limits.  The figure is the dashboard's own ipympl canvas, as with a browser
     attached (it then sends only changed pixels and stops re-encoding a data URL: set here too).
+    Every record is drawn (M4 per pixel column, smoothing on the full series): nothing is thinned.
     Wall time and this process's CPU time are reported: on a shared machine the CPU time is the
-    steadier figure.  Target: under 150 ms.
+    steadier figure.  Targets: first refresh <= 3 s at 64 x 20,000; incremental <= 150 ms at 64
+    ranks and <= 100 ms at 8.
 (b) A writer process appends one record per rank every ~100 ms, stamped with its write time; the
     dashboard's own poller (default poll_s) picks them up.  Latency = when the refresh that shows
     a record has set the widgets - its write time.  Target: p95 under 1.5 s.
@@ -33,8 +37,15 @@ from workbench.launch.run import Run
 from workbench.runfolder.layout import RunDir, write_json_atomic
 from workbench.runfolder.writer import JsonlWriter
 
-REFRESH_TARGET_MS = 150.0
+REFRESH_TARGET_MS = {64: 150.0, 8: 100.0}
+"""Incremental refresh budget by world size (the nearest listed size at or above a run's applies)."""
+FIRST_TARGET_S = 3.0
+"""The first refresh of a 64 x 20,000 run."""
 LATENCY_P95_TARGET_S = 1.5
+
+
+def refresh_target(ranks: int) -> float:
+    return min((ms for n, ms in REFRESH_TARGET_MS.items() if n >= ranks), default=REFRESH_TARGET_MS[64])
 
 
 # --- a realistic run folder ------------------------------------------------------------------------
@@ -61,6 +72,7 @@ def make_run(root: Path, ranks: int, points: int) -> Run:
         for step in range(1, points + 1):
             writer.write(record(rank, step, t0 + step * 0.1, ranks))
         writer.close()
+    for rank in range(ranks):  # heartbeats as of now (the ranks beat every 2 s; writing took a while)
         write_status(run_dir, rank, points)
     return Run.load(run_dir.root)
 
@@ -91,7 +103,7 @@ def timed(fn, *args) -> float:
 def bench_refresh(run: Run, ranks: int, points: int, repeats: int) -> list[tuple[str, list[float]]]:
     from workbench.ui import Dashboard
 
-    dash = Dashboard(run, autostart=False)
+    dash = Dashboard(run, autostart=False, remember=False)  # the defaults a first dashboard shows
     dash.plot.live.canvas.syncing_data_url = False  # what a connected browser's "initialized" message does
     parts: dict[str, list[float]] = {"read": [], "render": []}
     _wrap(dash.plot, "show", parts["render"])
@@ -114,9 +126,9 @@ def bench_refresh(run: Run, ranks: int, points: int, repeats: int) -> list[tuple
         step = append(run, ranks, step, 10, spike=3.0 + i)
         spikes.append(timed(dash.refresh))
     rows.append(("refresh with a full redraw (loss spike)", spikes))
+    rows.append(("  CPU time of the incremental refreshes", cpu))
     print(f"  (figure: {dash.plot.live.full_draws} full draws, {dash.plot.live.line_draws} data-only redraws; "
-          f"{dash.state.records} records; CPU time of the incremental refreshes: median "
-          f"{statistics.median(cpu):.0f} ms)")
+          f"{dash.state.records} records)")
     return rows
 
 
@@ -154,7 +166,7 @@ def writer_process(folder: str, ranks: int, first_step: int, count: int, every_s
 def bench_latency(run: Run, ranks: int, first_step: int, count: int) -> list[float]:
     from workbench.ui import Dashboard
 
-    dash = Dashboard(run)  # default poll_s; its own background poller
+    dash = Dashboard(run, remember=False)  # default poll_s; its own background poller
     seen, latencies = first_step - 1, []
 
     def on_refresh(_state) -> None:
@@ -193,26 +205,38 @@ def print_table(rows: list[tuple[str, list[float]]], unit: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ranks", type=int, default=64)
+    parser.add_argument("--ranks", default="64", help="world sizes to measure, comma-separated (e.g. 64,8)")
     parser.add_argument("--points", type=int, default=20000)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--records", type=int, default=60)
     args = parser.parse_args()
+    met = True
+    for ranks in [int(n) for n in args.ranks.split(",")]:
+        met = measure(ranks, args) and met
+    return 0 if met else 1
+
+
+def measure(ranks: int, args: argparse.Namespace) -> bool:
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
-        run = make_run(Path(tmp), args.ranks, args.points)
-        print(f"run folder: {args.ranks} ranks x {args.points} records ({time.perf_counter() - start:.1f} s to write)")
-        print(f"\n(a) refresh cost, kernel side (target: incremental median < {REFRESH_TARGET_MS:.0f} ms)")
-        rows = bench_refresh(run, args.ranks, args.points, args.repeats)
+        run = make_run(Path(tmp), ranks, args.points)
+        print(f"\nrun folder: {ranks} ranks x {args.points} records ({time.perf_counter() - start:.1f} s to write)")
+        target = refresh_target(ranks)
+        print(f"\n(a) refresh cost, kernel side (target: incremental median <= {target:.0f} ms"
+              + (f", first <= {FIRST_TARGET_S:.0f} s)" if ranks >= 64 else ")"))
+        rows = bench_refresh(run, ranks, args.points, args.repeats)
         print_table(rows, "ms")
         first = args.points + 1 + 10 * (args.repeats + 3)
-        print(f"\n(b) write -> dashboard latency, poll_s=1.0, writer every 100 ms (target: p95 < {LATENCY_P95_TARGET_S} s)")
-        latencies = bench_latency(run, args.ranks, first, args.records)
+        print("\n(b) write -> dashboard latency, poll_s=1.0, writer every 100 ms "
+              f"(target: p95 < {LATENCY_P95_TARGET_S} s)")
+        latencies = bench_latency(run, ranks, first, args.records)
         print_table([("record write -> widgets set", [x * 1000 for x in latencies])], "ms")
-    refresh_ok = statistics.median(dict(rows)["incremental refresh (+10 records/rank)"]) < REFRESH_TARGET_MS
+    refresh_ok = statistics.median(dict(rows)["incremental refresh (+10 records/rank)"]) <= target
+    first_ok = ranks < 64 or dict(rows)["first refresh (read all, first draw)"][0] <= FIRST_TARGET_S * 1000
     latency_ok = bool(latencies) and pct(latencies, 0.95) < LATENCY_P95_TARGET_S
-    print(f"\nrefresh target {'met' if refresh_ok else 'MISSED'}; latency target {'met' if latency_ok else 'MISSED'}")
-    return 0 if refresh_ok and latency_ok else 1
+    print(f"\n{ranks} ranks: incremental refresh target {'met' if refresh_ok else 'MISSED'}; first refresh "
+          f"{'met' if first_ok else 'MISSED'}; latency target {'met' if latency_ok else 'MISSED'}")
+    return refresh_ok and first_ok and latency_ok
 
 
 if __name__ == "__main__":

@@ -376,7 +376,7 @@ def curves(browser, tmp_path_factory):
         wait_kernel_idle(page, 90_000)
         run_all_cells(page)
         expect(page.locator(".wb-live-facts")).to_be_visible(timeout=180_000)
-        page.writer = writer
+        page.writer, page.lab = writer, lab
         yield page
         page.close()
     finally:
@@ -420,6 +420,19 @@ class TestCurves:
         assert abs(_facts(page, ".wb-spike-facts")["fig_width"] - width) < 12, width  # the figure fills the output
         out.locator(".wb-progress").scroll_into_view_if_needed()
         page.screenshot(path=str(ARTIFACTS / "dashboard-20000-steps-spike.png"))
+
+    def test_the_csv_download_is_served_by_jupyter_not_carried_in_the_page(self, curves):
+        from playwright.sync_api import expect
+
+        page = curves
+        out = cell(page, 1)
+        out.locator("button.widget-button", has_text="CSV").click()
+        link = out.locator("a.wb-download")
+        expect(link).to_be_visible(timeout=120_000)
+        href = link.get_attribute("href")
+        assert href == "/files/runs/spiky/exports/metrics.csv", href  # a URL the server answers, no data: link
+        answer = page.request.get(page.lab.base_url + href)  # the page's own login (cookie)
+        assert answer.ok and answer.body().count(b"\n") == 2 * SPIKE_STEPS + 1  # every rank's every step
 
     def test_a_live_dashboards_step_numbers_agree(self, curves):
         page = curves

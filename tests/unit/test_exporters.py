@@ -43,19 +43,23 @@ def test_workbench_export_run_dir_to_tensorboard_and_tables(tmp_path, capsys):
 
 
 @pytest.mark.timeout(120)
-def test_dashboard_downloads_metrics_as_csv_and_parquet(tmp_path):
-    import base64
-    import io
+def test_dashboard_downloads_metrics_as_csv_and_parquet(tmp_path, monkeypatch):
+    import json
+    import os
 
     from workbench.ui import Dashboard
 
     folder = write_run(tmp_path, "two-ranks", 2, "linear")
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))  # the Jupyter server serving tmp_path
+    (tmp_path / "runtime").mkdir()
+    (tmp_path / "runtime" / "jpserver-1.json").write_text(json.dumps(
+        {"root_dir": str(tmp_path), "base_url": "/", "pid": os.getppid()}))
     dash = Dashboard(Run.load(folder), autostart=False)
     dash.downloads["csv"].click()
     link = dash.download_link.value
     assert "download metrics.csv" in link and str(folder / "exports" / "metrics.csv") in link
-    data = base64.b64decode(link.split("base64,")[1].split("'")[0])
-    assert len(pd.read_csv(io.BytesIO(data))) == 80
+    assert "href='/files/two-ranks/exports/metrics.csv'" in link and "base64" not in link  # served, not carried
+    assert len(pd.read_csv(folder / "exports" / "metrics.csv")) == 80
     dash.downloads["parquet"].click()
     assert "download metrics.parquet" in dash.download_link.value
     assert len(pd.read_parquet(folder / "exports" / "metrics.parquet")) == 80

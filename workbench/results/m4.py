@@ -144,6 +144,7 @@ class M4Line(Line2D):
         self._kept: tuple[Any, ...] | None = None
         self.final = 0
         self.set_full(x, y, raw=raw)
+        self.set_data(self.full_x, self.full_y)  # until drawn: the data limits (autoscale) see every point
 
     def set_full(self, x: np.ndarray, y: np.ndarray, stable: int | None = None, raw: np.ndarray | None = None) -> None:
         """Replace the full series (drawn through its finite points, in x order); `stable`: how many
@@ -157,8 +158,7 @@ class M4Line(Line2D):
             self.full_x, self.full_y = finite_sorted(x, y)
         self.stable = len(self.full_x) if stable is None or stable >= n_given else \
             int(np.isfinite(np.asarray(x[:stable], float) + np.asarray(y[:stable], float)).sum())
-        self._set_quietly(self.full_x, self.full_y)  # the data limits (autoscale) see every point
-        self._reduced_for: tuple[Any, ...] | None = None
+        self._reduced_for: tuple[Any, ...] | None = None  # reduced again at the next draw
         self.bounds = _bounds(self.full_x, self.full_y)
 
     def reduce(self) -> bool:

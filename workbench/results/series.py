@@ -76,18 +76,19 @@ class MetricData:
         return any(column in cols and np.isfinite(np.asarray(cols[column], float)).any()
                    for cols in self.ranks.values())
 
-    def x(self, rank: int, axis: str) -> np.ndarray:
-        """The rank's x values on `axis` ("step", "samples" or "elapsed_s"; step when it cannot be had)."""
+    def x(self, rank: int, axis: str, start: int = 0) -> np.ndarray:
+        """The rank's x values on `axis` ("step", "samples" or "elapsed_s"; step when it cannot be
+        had), from row `start` on."""
         cols = self.ranks[rank]
-        steps = np.asarray(cols["step"], dtype=float)
+        steps = np.asarray(cols["step"][start:], dtype=float)
         if axis == "samples":
             if self.samples_per_step:
                 return steps * float(self.samples_per_step)
-            return np.asarray(cols["samples"], float) if "samples" in cols else steps
+            return np.asarray(cols["samples"][start:], float) if "samples" in cols else steps
         if axis == "elapsed_s":
             if "time" in cols and (self.origin is not None or "elapsed_s" not in cols):
-                return np.asarray(cols["time"], float) - self.origin_time()
-            return np.asarray(cols["elapsed_s"], float) if "elapsed_s" in cols else steps
+                return np.asarray(cols["time"][start:], float) - self.origin_time()
+            return np.asarray(cols["elapsed_s"][start:], float) if "elapsed_s" in cols else steps
         return steps
 
     def origin_time(self) -> float:
@@ -252,12 +253,11 @@ class BandCache:
         ranks = sorted(r for r, c in data.ranks.items() if column in c and len(c[column]))
         if not ranks:
             return Band(*(np.array([]),) * 4, [], np.array([]))
-        series = {r: (np.asarray(data.ranks[r]["step"], float), np.asarray(data.ranks[r][column], float),
-                      data.x(r, axis)) for r in ranks}
+        series = {r: (data.ranks[r]["step"], data.ranks[r][column]) for r in ranks}  # as read: no copies
         kept = self._kept.pop((column, axis), None)
         if kept is not None and not _still_valid(kept, ranks, series):
             kept = None
-        rows = _rows_after(series, ranks, kept["done"] if kept is not None else -np.inf)
+        rows = _rows_after(data, series, ranks, axis, kept["done"] if kept is not None else -np.inf)
         sums, counts = _distance_sums(rows)
         head = kept or {"done": -np.inf, "x": [], "median": [], "mean": [], "low": [], "high": [], "sums": 0.0,
                         "counts": 0, "stray": None}
@@ -271,7 +271,7 @@ class BandCache:
             low, high = np.nanmin(rows.table[:, inliers], axis=1), np.nanmax(rows.table[:, inliers], axis=1)
         out = {"x": rows.x, "median": rows.median, "mean": rows.mean, "low": low, "high": high}
         full = {k: np.r_[head[k], v] for k, v in out.items()}
-        complete = min(s[-1] for s, _, _ in series.values())  # every rank has logged up to here
+        complete = min(s[-1] for s, _ in series.values())  # every rank has logged up to here
         k = int(np.searchsorted(rows.steps, complete, "right"))
         done_sums, done_counts = _distance_sums(_Rows(rows.steps[:k], rows.x[:k], rows.median[:k],
                                                       rows.mean[:k], rows.table[:k]))
@@ -280,7 +280,7 @@ class BandCache:
             **{name: values[:n_done] for name, values in full.items()}, "ranks": ranks, "stray": stray,
             "done": float(rows.steps[k - 1]) if k else head["done"], "sums": head["sums"] + done_sums,
             "counts": head["counts"] + done_counts,
-            "last": {r: (len(s), s[-1], v[-1]) for r, (s, v, _) in series.items()}}
+            "last": {r: (len(s), s[-1], float(v[-1])) for r, (s, v) in series.items()}}
         return Band(full["x"], full["median"], full["low"], full["high"], [r for r in ranks if r in stray],
                     full["mean"], n_done)
 
@@ -290,24 +290,33 @@ def _still_valid(kept: dict[str, Any], ranks: list[int], series: dict[int, Any])
     if kept["ranks"] != ranks:
         return False
     for rank, (n, step, value) in kept["last"].items():
-        steps, values, _ = series[rank]
-        if len(steps) < n or steps[n - 1] != step or not _same(values[n - 1], value):
+        steps, values = series[rank]
+        if len(steps) < n or steps[n - 1] != step or not _same(float(values[n - 1]), value):
             return False
     return True
 
 
-def _rows_after(series: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]], ranks: list[int],
+def _rows_after(data: MetricData, series: dict[int, tuple[np.ndarray, np.ndarray]], ranks: list[int], axis: str,
                 done: float) -> _Rows:
-    """The rows (one per step logged by any rank) after step `done`, ranks as columns."""
-    tails = {r: (s[i:], v[i:], x[i:]) for r, (s, v, x) in series.items()
-             for i in [int(np.searchsorted(s, done, "right"))]}
-    steps = np.unique(np.concatenate([t[0] for t in tails.values()]))
-    table = np.full((len(steps), len(ranks)), np.nan)
-    xs = np.full((len(steps), len(ranks)), np.nan)
-    for j, rank in enumerate(ranks):
-        s, v, x = tails[rank]
-        at = np.searchsorted(steps, s)
-        table[at, j], xs[at, j] = v, x
+    """The rows (one per step logged by any rank) after step `done`, ranks as columns (only those
+    rows are read and converted: a refresh pays for what is new)."""
+    tails = {}
+    for r, (s, v) in series.items():
+        i = int(np.searchsorted(s, done, "right"))
+        tails[r] = (np.asarray(s[i:], float), np.asarray(v[i:], float), data.x(r, axis, i))
+    first = tails[ranks[0]][0]
+    if all(len(tails[r][0]) == len(first) and np.array_equal(tails[r][0], first) for r in ranks):
+        steps = first  # the usual run: every rank logged the same steps (no sort, no scatter)
+        table = np.column_stack([tails[r][1] for r in ranks]) if len(first) else np.empty((0, len(ranks)))
+        xs = np.column_stack([tails[r][2] for r in ranks]) if len(first) else np.empty((0, len(ranks)))
+    else:
+        steps = np.unique(np.concatenate([t[0] for t in tails.values()]))
+        table = np.full((len(steps), len(ranks)), np.nan)
+        xs = np.full((len(steps), len(ranks)), np.nan)
+        for j, rank in enumerate(ranks):
+            s, v, x = tails[rank]
+            at = np.searchsorted(steps, s)
+            table[at, j], xs[at, j] = v, x
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # rows no rank has a value in
         full = not np.isnan(table).any()  # the usual case: np.median, not the slow masked nanmedian
