@@ -146,8 +146,9 @@ def _say_end(run: Any, status: Any, notice: FailureNotice | None = None, plot: E
     2 if it failed for a reason of the user's input or environment (said in one line), else 1."""
     notice = notice or FailureNotice()
     with contextlib.suppress(OSError):  # the terminal may be gone
-        frame = run.metrics()
-        if len(frame):
+        logged = status is None or status.records > 0  # none: no table, and no pandas to import for it
+        frame = run.metrics() if logged else None
+        if frame is not None and len(frame):
             print(f"[workbench] per-rank plot: {(plot or EndPlot(run)).result(run, frame)}")
             print(table_for_people(per_rank_table(frame)))
         print(f"[workbench] {status if status is not None else 'ranks still stopping: ' + str(run.status())}",
