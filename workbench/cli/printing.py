@@ -25,8 +25,8 @@ def follow(run: Any, quiet: bool = False, owned: bool = False, ranks: str | None
 
     def poll(run: Any) -> None:
         check_stop()  # a stop signal is raised here, between polls (never inside an import)
+        notice(run)  # first: the cause is said before any progress line of this poll
         printer(run)
-        notice(run)
         warned[0] = warn_new(run, warned[0])
         plot.when_ready(run.latest_status)
 
@@ -50,14 +50,15 @@ def follow(run: Any, quiet: bool = False, owned: bool = False, ranks: str | None
 
 class EndPlot:
     """The end-of-run plot, drawn while the run's processes are still exiting: matplotlib is
-    imported in the background while the run trains, and the figure is drawn as soon as every rank
-    has ended (its records are all on disk then), so that the command's end costs next to nothing."""
+    imported in the background while the run trains, and the figure is drawn as soon as the run's
+    outcome is known; drawn again at the end only if records came after it."""
 
     def __init__(self, run: Any):
         import threading
 
         self.folder, self.path = run.folder, str(run.dir.loss_plot)
         self.drawn: str | None = None
+        self._records = -1  # how many records the drawn figure has
         self._drawing: threading.Thread | None = None
         self._importing: threading.Thread | None = None
 
@@ -69,8 +70,7 @@ class EndPlot:
         if self._importing is None and status is not None and status.records:
             self._importing = threading.Thread(target=_import_plots, name="workbench-import-plots", daemon=True)
             self._importing.start()
-        if self._drawing is None and status is not None and status.done and all(
-                r.state not in ("starting", "running") for r in status.ranks):
+        if self._drawing is None and status is not None and status.done:
             self._drawing = threading.Thread(target=self._draw, name="workbench-end-plot", daemon=True)
             self._drawing.start()
 
@@ -82,13 +82,13 @@ class EndPlot:
             run = Run(self.folder)  # its own reader: the main thread polls the run's
             frame = run.metrics()
             if len(frame):
-                self.drawn = save_run_plot(frame, self.path, evals=run.evals())
+                self.drawn, self._records = save_run_plot(frame, self.path, evals=run.evals()), len(frame)
 
     def result(self, run: Any, frame: Any) -> str:
         """The plot's path: the one drawn ahead, or drawn now."""
         if self._drawing is not None:
             self._drawing.join()
-        if self.drawn is None:
+        if self.drawn is None or self._records != len(frame):  # a rank's last records came after it
             from workbench.results.plots import save_run_plot
 
             self.drawn = save_run_plot(frame, self.path, evals=run.evals())

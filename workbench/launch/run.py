@@ -148,8 +148,12 @@ class Run:
                 return status  # read after the job ended: a rank that died shows so, never as running
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"run {self.folder} still {status.state} after {timeout} s: {status}")
-            # The outcome is known and the processes are ending: look again soon, not a whole poll later.
-            time.sleep(min(poll_s, ENDING_POLL_S) if status.done else poll_s)
+            if status.done:  # the outcome is known, the processes are ending: look often, and cheaply
+                until = time.monotonic() + poll_s
+                while time.monotonic() < until and not self.job_done():
+                    time.sleep(ENDING_POLL_S)
+            else:
+                time.sleep(poll_s)
 
     def _stop_survivors(self, status: RunStatus) -> None:
         """A rank failed: its agents end the attempt; end the job here if it is still there later."""
