@@ -8,10 +8,11 @@ or an outlier rank is the same wherever it is shown.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from workbench.results.series import OUTLIER_MAD, Band  # noqa: F401 - re-exported
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -20,8 +21,6 @@ X_AXES = {"step": "step", "samples": "samples seen", "elapsed_s": "elapsed time 
 """The x axes a metrics plot offers: column -> axis label."""
 BAND_ABOVE_RANKS = 8
 """With more ranks than this, plots draw the median and a min-max band, plus the outlier ranks."""
-OUTLIER_MAD = 4.0
-"""A rank is an outlier when its mean distance from the median exceeds this many median distances."""
 
 
 def add_derived(frame: pd.DataFrame, started: float | None, samples_per_step: int | None) -> pd.DataFrame:
@@ -44,59 +43,22 @@ def add_derived(frame: pd.DataFrame, started: float | None, samples_per_step: in
 
 def ema(values: np.ndarray, weight: float) -> np.ndarray:
     """Exponential moving average as TensorBoard smooths (weight 0: none, 0.99: heavy), debiased so
-    the first points are not pulled towards 0 (pandas' ewm with adjust=True); NaNs are skipped."""
-    import pandas as pd
+    the first points are not pulled towards 0; NaNs are skipped (workbench.results.series.ema_from,
+    which plots use on the full series)."""
+    from workbench.results.series import ema_from
 
     values = np.asarray(values, dtype=float)
     if weight <= 0 or len(values) == 0:
         return values
-    return pd.Series(values).ewm(alpha=1 - weight, adjust=True, ignore_na=True).mean().to_numpy()
-
-
-@dataclass
-class Band:
-    """Many ranks as one picture: x, the median across ranks, min and max of the ranks that agree, and
-    the ranks that stray (drawn on their own)."""
-
-    x: np.ndarray
-    median: np.ndarray
-    low: np.ndarray
-    high: np.ndarray
-    outliers: list[int]
-
-
-def wide(frame: pd.DataFrame, column: str, x: str = "step") -> tuple[np.ndarray, list[int], np.ndarray]:
-    """(grid, ranks, table): one row per x of the grid (the x values of the rank with the most rows),
-    one column per rank; another rank's value goes to the grid point at or after its x (NaN where a
-    rank logged nothing).  Plain numpy: 64 ranks x 2,000 points take a few ms."""
-    xs = frame[x].to_numpy(float)
-    rank_of = frame["rank"].to_numpy()
-    ranks, column_of = np.unique(rank_of, return_inverse=True)
-    longest = np.bincount(column_of).argmax()
-    grid = np.unique(xs[column_of == longest])
-    table = np.full((len(grid), len(ranks)), np.nan)
-    row = np.minimum(np.searchsorted(grid, xs), len(grid) - 1)
-    table[row, column_of] = frame[column].to_numpy(float)
-    return grid, [int(r) for r in ranks], table
+    return ema_from(values, weight)[0]
 
 
 def band(frame: pd.DataFrame, column: str, x: str = "step") -> Band:
-    """Median, min and max across ranks at each x, and the outlier ranks (by OUTLIER_MAD)."""
-    import warnings
+    """Median, mean, min and max across ranks at each step (x: its value on axis `x`), and the
+    outlier ranks (workbench.results.series.OUTLIER_MAD): the rule every plot of many ranks uses."""
+    from workbench.results.series import BandCache, MetricData
 
-    grid, ranks, values = wide(frame, column, x)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows: steps no rank logged yet
-        full = not np.isnan(values).any()  # the usual case: np.median, not the slow masked nanmedian
-        median = np.median(values, axis=1) if full else np.nanmedian(values, axis=1)
-        distance = np.nanmean(np.abs(values - median[:, None]), axis=0)
-        typical = float(np.nanmedian(distance)) if len(distance) else 0.0
-        # when the ranks agree exactly (a constant column), any rank that differs at all strays
-        limit = OUTLIER_MAD * typical if typical > 0 else 1e-9 * (float(np.nanmean(np.abs(median))) + 1e-12)
-        stray = np.isfinite(distance) & (distance > limit)
-        inliers = values[:, ~stray] if (~stray).any() else values
-        low, high = np.nanmin(inliers, axis=1), np.nanmax(inliers, axis=1)  # the band: the ranks that agree
-    return Band(grid, median, low, high, [r for r, s in zip(ranks, stray) if s])
+    return BandCache()(MetricData.from_frame(frame), column, x)
 
 
 def reduced_loss(frame: pd.DataFrame, x: str = "step") -> pd.DataFrame:

@@ -13,10 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from workbench.results.metricview import BAND_ABOVE_RANKS
 from workbench.results.series import BOOKKEEPING, Band, BandCache, MetricData, Smoother, point_weight
 
-BAND_ABOVE_RANKS = 8
-"""With more ranks than this, a panel draws the median and a min-max band, plus the outlier ranks."""
 LOSS_NAMES = ("loss", "train_loss", "train/loss", "training_loss", "loss_step", "train_loss_step")
 """The training loss, by the names jobs log it under (the first one found is drawn)."""
 EVAL_PREFIXES = ("val_", "val/", "eval_", "eval/", "test_", "valid_", "validation_")
