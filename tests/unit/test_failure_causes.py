@@ -145,3 +145,12 @@ def test_where_a_thread_is_stuck_names_the_users_frame():
     finally:
         release.set()
         thread.join()
+
+
+def test_the_dashboard_shows_the_cause_and_what_followed():
+    from workbench.ui.state import failure_text
+
+    cause = cause_of([failure(1, "ValueError", "bad", 1.0), failure(0, "RuntimeError", RESET, 1.1)])
+    text = failure_text(cause)
+    assert text.startswith("rank 1 (node, attempt 0) raised ValueError: bad\n  then rank 0 (node, attempt 0)")
+    assert "(a consequence)" in text

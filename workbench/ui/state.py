@@ -115,7 +115,7 @@ def on_data_clock(status: RunStatus, data: MetricData) -> RunStatus:
 def failure_text(failure: RankFailure | None) -> str:
     if failure is None:
         return "the run failed without a rank error (the job ended early; see the logs)"
-    return f"{failure}\n\n{failure.traceback.rstrip()}"
+    return f"{failure.summary()}\n\n{failure.traceback.rstrip()}"  # the cause, what followed, its traceback
 
 
 def read_state(run: Run, max_points: int | None = None) -> DashboardState:
