@@ -160,7 +160,9 @@ def test_zooming_the_plot_changes_the_range_it_shows(page):
     assert 0 < high - low < 6000 * 0.6, after  # a part of the 6000 steps
     page.mouse.move(x0 + 40, y0 + 40)  # hover: the nearest point's rank and value
     page.wait_for_timeout(1000)
-    out.screenshot(path=str(ARTIFACTS / "dashboard-zoomed-16-ranks-dark.png"))
+    hover = out.locator(".wb-hover").inner_text()
+    assert "training loss · loss at step" in hover and "median" in hover, hover  # every series at the cursor's x
+    page.screenshot(path=str(ARTIFACTS / "dashboard-zoomed-16-ranks-dark.png"))
 
 
 def test_a_double_click_on_submit_makes_one_run(page):
@@ -431,8 +433,11 @@ class TestCurves:
         expect(link).to_be_visible(timeout=120_000)
         href = link.get_attribute("href")
         assert href == "/files/runs/spiky/exports/metrics.csv", href  # a URL the server answers, no data: link
-        answer = page.request.get(page.lab.base_url + href)  # the page's own login (cookie)
-        assert answer.ok and answer.body().count(b"\n") == 2 * SPIKE_STEPS + 1  # every rank's every step
+        status, lines = page.evaluate("""async href => {  // as the link's click would: the page's own login
+            const answer = await fetch(href);
+            return [answer.status, (await answer.text()).trim().split("\\n").length];
+        }""", href)
+        assert (status, lines) == (200, 2 * SPIKE_STEPS + 1), (status, lines)  # a header and every rank's every step
 
     def test_a_live_dashboards_step_numbers_agree(self, curves):
         page = curves
