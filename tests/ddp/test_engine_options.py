@@ -54,7 +54,8 @@ def test_a_finished_run_reads_back_completely(tmp_path, capsys):
     assert again.status().state == "finished"
     assert again.metrics().equals(run.metrics())
     assert again.result()["steps"] == 12
-    assert "submitit" in again.logs(1)  # rank 1 stdout and stderr (submitit per-task log files)
+    assert again.logs(1) == run.logs(1)  # rank 1's own stdout and stderr, interleaved (logs/rank1.log)
+    assert "submitit" in again.logs(1, "out") + again.logs(1, "err")  # submitit's per-task files, launcher lines too
     assert main(["show", str(run.folder)]) == 0
     out = capsys.readouterr().out
     assert "finished" in out and "final_loss" in out
