@@ -25,5 +25,6 @@ def test_the_terminal_shows_the_chosen_ranks_output_live(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = proc.stdout.splitlines()
     assert [line for line in lines if line.startswith("[rank")] == [f"[rank 1] still working {i}" for i in range(8)]
-    assert "no metrics logged; 16 lines of output" in lines[-1] and "submitit INFO" not in proc.stdout
+    assert "no metrics logged; 16 lines of output" in lines[-2] and "submitit INFO" not in proc.stdout
+    assert lines[-1].startswith("[workbench] next: `workbench show ")  # what to do next, last
 
