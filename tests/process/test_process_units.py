@@ -10,12 +10,9 @@ import sys
 
 import pytest
 
+from tests.support.runs import fail_building, frame_lines
 from tests.support.tasks_for_tests import raising_inside
-from workbench.config import JobConfig
-from workbench.engine.monitor import RankMonitor
-from workbench.engine.tasks import build_task
 from workbench.engine.userframes import HIDDEN_NOTE
-from workbench.launch.run import Run
 from workbench.proctree import Proc, end
 from workbench.runfolder.failures import reserve_error_space, write_error
 from workbench.runfolder.layout import RunDir, read_json
@@ -109,25 +106,16 @@ def test_exit_now_keeps_buffered_output_and_the_code_and_skips_teardown(tmp_path
     assert "logged before the exit" in log.read_text()
 
 
-def _fail_building(tmp_path, factory) -> Run:
-    cfg = JobConfig.from_dict({"launch": {"run_root": str(tmp_path)}})
-    run = RunDir(tmp_path / "run").prepare(cfg, "local")
-    monitor = RankMonitor(run, 0, 1).start()
-    with pytest.raises((TypeError, KeyError)), monitor.reporting():  # what run_rank does around the task
-        build_task(factory, {})
-    return Run(run.root)
 
 
 
-def _frames(text: str) -> list[str]:
-    return [line.strip() for line in text.splitlines() if line.strip().startswith("File ")]
 
 
 
 def test_an_error_in_the_factory_shows_the_users_frames(tmp_path, monkeypatch):
     monkeypatch.delenv("WORKBENCH_TRACEBACK", raising=False)
-    text = _fail_building(tmp_path, raising_inside).exception().traceback
-    frames = _frames(text)
+    text = fail_building(tmp_path, raising_inside).exception().traceback
+    frames = frame_lines(text)
     assert "tests/support/tasks_for_tests.py" in frames[-1] and "raising_inside" in frames[-1]
     assert not any("/workbench/" in f for f in frames)
     assert text.splitlines()[-2] == "KeyError: 'hiden'" and text.endswith(HIDDEN_NOTE)

@@ -3,10 +3,16 @@ run exported."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
+import pytest
+
 from workbench.config import JobConfig
+from workbench.engine.monitor import RankMonitor
+from workbench.engine.tasks import build_task
+from workbench.launch.run import Run
 from workbench.runfolder.layout import RunDir, write_json_atomic
 from workbench.runfolder.writer import JsonlWriter
 
@@ -52,3 +58,31 @@ def tensorboard_scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
     acc = EventAccumulator(str(folder))
     acc.Reload()
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def run_folder(tmp_path: Path, world: int = 2, steps: int = 50, **train) -> RunDir:
+    cfg = JobConfig.from_dict({"train": {"micro_batch_size": 8, **train}, "dist": {"procs_per_node": world},
+                               "launch": {"run_root": str(tmp_path)}})
+    run = RunDir(tmp_path / "run").prepare(cfg, "local", job_id=str(os.getpid()))  # this process: "live"
+    t0 = time.time() - steps * 0.1
+    for rank in range(world):
+        writer = JsonlWriter(run.metrics(rank))
+        for step in range(1, steps + 1):
+            writer.write({"rank": rank, "step": step, "time": t0 + 0.1 * step, "loss": 2.0 / step + 0.01 * rank,
+                          "loss_reduced": 2.0 / step, "lr": 1e-3, "step_time_s": 0.1, "mem_mb": 100.0})
+        writer.close()
+        write_json_atomic(run.status(rank), {"rank": rank, "state": "running", "step": steps, "time": time.time()})
+    return run
+
+
+def fail_building(tmp_path, factory) -> Run:
+    cfg = JobConfig.from_dict({"launch": {"run_root": str(tmp_path)}})
+    run = RunDir(tmp_path / "run").prepare(cfg, "local")
+    monitor = RankMonitor(run, 0, 1).start()
+    with pytest.raises((TypeError, KeyError)), monitor.reporting():  # what run_rank does around the task
+        build_task(factory, {})
+    return Run(run.root)
+
+
+def frame_lines(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if line.strip().startswith("File ")]

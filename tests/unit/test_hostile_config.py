@@ -4,11 +4,8 @@ ever gets a ConfigError out of from_dict / from_yaml / with_overrides."""
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import os
-import subprocess
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -130,18 +127,6 @@ def test_a_run_root_under_a_file_is_rejected_before_anything_is_made(tmp_path, c
     assert not (blocker.parent / "runs").exists()
 
 
-@contextlib.contextmanager
-def _tmpfs(path: Path, *options: str):
-    """A real small tmpfs (root only); skips the test where it cannot be mounted."""
-    path.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join(("size=64k", *options)), "tmpfs", str(path)],
-                          capture_output=True, text=True)
-    if made.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
 
 
 

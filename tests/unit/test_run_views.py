@@ -7,35 +7,21 @@ from __future__ import annotations
 import json
 import os
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from tests.support import REPO
-from workbench.config import JobConfig
+from tests.support.runs import run_folder
 from workbench.launch.run import Run
 from workbench.launch.status import RankStatus, RunStatus, step_rate
-from workbench.runfolder.layout import RunDir, write_json_atomic
+from workbench.runfolder.layout import write_json_atomic
 from workbench.runfolder.writer import JsonlWriter
 
 pytestmark = pytest.mark.timeout(60)
 
 
-def run_folder(tmp_path: Path, world: int = 2, steps: int = 50, **train) -> RunDir:
-    cfg = JobConfig.from_dict({"train": {"micro_batch_size": 8, **train}, "dist": {"procs_per_node": world},
-                               "launch": {"run_root": str(tmp_path)}})
-    run = RunDir(tmp_path / "run").prepare(cfg, "local", job_id=str(os.getpid()))  # this process: "live"
-    t0 = time.time() - steps * 0.1
-    for rank in range(world):
-        writer = JsonlWriter(run.metrics(rank))
-        for step in range(1, steps + 1):
-            writer.write({"rank": rank, "step": step, "time": t0 + 0.1 * step, "loss": 2.0 / step + 0.01 * rank,
-                          "loss_reduced": 2.0 / step, "lr": 1e-3, "step_time_s": 0.1, "mem_mb": 100.0})
-        writer.close()
-        write_json_atomic(run.status(rank), {"rank": rank, "state": "running", "step": steps, "time": time.time()})
-    return run
 
 
 def test_one_progress_line_for_dashboard_show_and_run(tmp_path, capsys):
