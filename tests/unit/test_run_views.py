@@ -90,6 +90,40 @@ def test_ema_band_and_outliers():
     assert (found.low <= found.median).all() and (found.median <= found.high).all()
 
 
+def tensorboard_ema(values: list[float], weight: float) -> list[float]:
+    """TensorBoard's smoothing as its frontend computes it (debiased EMA, the weight per point,
+    non-finite values skipped: their output repeats the last smoothed value)."""
+    last, debias, out = 0.0, 0.0, []
+    for value in values:
+        if np.isfinite(value):
+            last, debias = last * weight + (1 - weight) * value, debias * weight + (1 - weight)
+        out.append(last / debias if debias else float("nan"))
+    return out
+
+
+def test_smoothing_is_tensorboards_ema_per_point_whatever_the_length_and_however_it_grows():
+    """One rule: the weight applies per logged point (TensorBoard's); the value at a step depends only
+    on the values up to it, so it is the same for a 200- or 20,000-step series and a live curve
+    smoothed a refresh at a time equals the whole series smoothed at once."""
+    from workbench.results.metricview import ema
+    from workbench.results.panels import Views, _line_specs
+    from workbench.results.series import Smoother
+
+    rng = np.random.default_rng(1)
+    values = rng.normal(1.0, 0.3, 20_000)
+    values[[5, 700, 12_345]] = np.nan
+    for weight in (0.6, 0.9, 0.99):
+        whole = ema(values, weight)
+        assert np.allclose(whole, tensorboard_ema(values.tolist(), weight), rtol=1e-9, atol=1e-12, equal_nan=True)
+        assert np.allclose(ema(values[:200], weight), whole[:200], rtol=1e-12)  # the length does not matter
+        smoother, grown = Smoother(), None
+        for end in (3, 64, 65, 1000, 1010, 5000, 20_000):  # refreshes: a few points, then many
+            grown = smoother("loss", values[:end], weight)
+        assert np.allclose(grown, whole, rtol=1e-9, equal_nan=True)
+    specs = _line_specs("loss", np.arange(20_000.0), values, "rank 0", {}, 0.6, Views())  # what a plot draws
+    assert np.allclose(specs[1].y, tensorboard_ema(values.tolist(), 0.6), rtol=1e-9, equal_nan=True)
+
+
 # --- plots ---------------------------------------------------------------------------------------
 def sixteen_ranks(steps: int = 600, ranks: int = 16) -> pd.DataFrame:
     step = np.tile(np.arange(1, steps + 1), ranks)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from workbench.results.metricview import BAND_ABOVE_RANKS
-from workbench.results.series import BOOKKEEPING, Band, BandCache, MetricData, Smoother, point_weight
+from workbench.results.series import BOOKKEEPING, Band, BandCache, MetricData, Smoother
 
 LOSS_NAMES = ("loss", "train_loss", "train/loss", "training_loss", "loss_step", "train_loss_step")
 """The training loss, by the names jobs log it under (the first one found is drawn)."""
@@ -143,7 +143,7 @@ def _line_specs(key: str, x: np.ndarray, y: np.ndarray, label: str, style: dict[
     """The series, smoothed when asked with the raw one faint behind it."""
     if weight <= 0:
         return [Spec(key, "line", x, y, label, {"lw": 1.3, **style, "gid": gid}, stable=stable)]
-    smooth = views.smoother(key, y, point_weight(weight, len(y)), stable)
+    smooth = views.smoother(key, y, weight, stable)
     return [Spec(key + "/raw", "line", x, y, "_raw " + label, {"lw": 0.8, "alpha": RAW_ALPHA, **style}, stable=stable),
             Spec(key, "line", x, smooth, label, {"lw": 1.4, **style, "gid": gid}, raw=y, stable=stable)]
 

@@ -124,22 +124,12 @@ class MetricData:
 
 
 # --- smoothing -------------------------------------------------------------------------------------
-SMOOTH_SPAN = 1000
-"""The smoothing weight applies per 1/SMOOTH_SPAN of a series: TensorBoard draws at most 1,000 sampled
-points of a series and smooths those, so weight 0.6 looks the same on a run of 1,000 or 100,000 steps
-there.  Here every point is smoothed (none is sampled away), with the per-point weight that gives the
-same look."""
-
-
-def point_weight(weight: float, n: int) -> float:
-    """The EMA weight per logged point for a series of n points: `weight` per 1/SMOOTH_SPAN of it.
-    n is rounded up to a power of two times SMOOTH_SPAN, so a growing series is smoothed afresh only
-    when its length doubles (in between, a refresh smooths just the new points)."""
-    if weight <= 0 or n <= SMOOTH_SPAN:
-        return weight
-    import math
-
-    return float(weight ** (1.0 / 2 ** math.ceil(math.log2(n / SMOOTH_SPAN))))
+# One rule: the weight applies per logged point, as TensorBoard applies it (its debiased EMA:
+# s_i = sum_j<=i w^(i-j) v_j / sum_j<=i w^(i-j), NaNs skipped), on the full series before any
+# reduction for drawing.  The smoothed value at a step depends only on the values up to it: it does
+# not change as the run grows or with the number of points drawn (tensorboard#1518), and it is the
+# value TensorBoard shows for the same points at the same weight.  A long noisy series wants a heavier
+# weight (0.9-0.99) for the same look as a short one; the slider gives it.
 
 
 def ema_from(values: np.ndarray, weight: float, num: float = 0.0, den: float = 0.0

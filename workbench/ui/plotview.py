@@ -107,8 +107,9 @@ class MetricsPlot:
         self.x = w.Dropdown(options=X_CHOICES, value=o.x, description="x axis", layout=w.Layout(width="210px"))
         self.log_y = w.Dropdown(options=Y_CHOICES, value=y, layout=w.Layout(width="190px"),
                                 tooltip="log-y on the loss and validation panels")
-        self.smooth = w.FloatSlider(value=o.smooth, min=0.0, max=0.99, step=0.01, description="smoothing",
-                                    tooltip="EMA weight per 1/1000 of the series (as TensorBoard shows it); raw behind",
+        self.smooth = w.FloatSlider(value=o.smooth, min=0.0, max=0.999, step=0.001, description="smoothing",
+                                    readout_format=".3f",
+                                    tooltip="EMA weight per logged point, as TensorBoard's; raw behind",
                                     layout=w.Layout(width="300px"))
         self.ranks = w.Text(value=ranks_text, description="ranks", placeholder="all, or e.g. 0-3,7",
                             continuous_update=False, layout=w.Layout(width="200px"))
