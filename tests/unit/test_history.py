@@ -58,7 +58,7 @@ def test_compare_overlays_loss_and_val_metrics_by_samples_with_a_config_diff(tmp
     assert [line.get_label() for line in labelled] == ["one-rank", "two-ranks"]
     assert labelled[0].get_xdata().max() == 40 * 8 and labelled[1].get_xdata().max() == 40 * 16  # samples seen
     titles = [ax.get_title(loc="left") for ax in fig.axes]
-    assert titles[:3] == ["training loss (reduced)", "val_accuracy", "val_loss"]
+    assert titles[:3] == ["training loss (reduced) · loss", "val_accuracy", "val_loss"]
     assert titles[-1] == "config fields that differ"
     artifacts = REPO / "test-artifacts"
     artifacts.mkdir(exist_ok=True)
@@ -116,6 +116,45 @@ def _own_code_run(root, name: str, logged: dict, kind: str = "function", world: 
         write_json_atomic(run.status(rank), {"rank": rank, "state": "finished", "step": 10, "time": 1e9 + 11})
     write_json_atomic(run.summary, {"status": "finished", "steps": 10})
     return run.root
+
+
+def test_compare_draws_the_loss_each_run_logged_and_the_eval_metrics_asked_for(tmp_path):
+    """A function run logs train_loss (and, as Lightning does, val_loss in its records), a config run
+    logs loss and eval events: each run's own loss is drawn, named as the dashboard names its panel."""
+    fn = _own_code_run(tmp_path, "fn-run", {"train_loss": lambda s: 1.0 / s, "val_loss": lambda s: 3.0 / s})
+    cfg_run = write_run(tmp_path, "cfg-run", 2, "linear")
+    fig = workbench.compare([fn, cfg_run], x="step")
+    loss_ax = fig.axes[0]
+    assert loss_ax.get_title(loc="left") == "training loss (reduced) · train_loss, loss"
+    labelled = [line for line in loss_ax.lines if not line.get_label().startswith("_")]
+    assert [line.get_label() for line in labelled] == ["fn-run (train_loss)", "cfg-run (loss)"]
+    assert labelled[0].full_raw.tolist() == pytest.approx([1.0 / s for s in range(1, 11)])  # the mean over ranks
+    assert labelled[1].full_x.max() == 40
+    titles = [ax.get_title(loc="left") for ax in fig.axes]
+    assert titles[1:4] == ["val_accuracy", "val_loss", "config fields that differ"]
+    (val_line,) = [line for line in fig.axes[2].lines if line.get_label() == "fn-run"]  # from its records
+    assert val_line.get_ydata().tolist() == pytest.approx([3.0 / s for s in range(1, 11)])
+    asked = workbench.compare([fn, cfg_run], metrics=["val_loss"])
+    assert [ax.get_title(loc="left") for ax in asked.axes][1:] == ["val_loss", "config fields that differ"]
+    with pytest.raises(ValueError, match="metrics: 'val_acc' was logged by none of the runs; they logged "
+                                         "val_accuracy, val_loss"):
+        workbench.compare([fn, cfg_run], metrics=["val_acc"])
+    with pytest.raises(ValueError, match=r"metrics: give a list of eval metric names, e.g. \['val_loss'\]"):
+        workbench.compare([fn, cfg_run], metrics="val_loss")
+
+
+def test_one_rule_names_the_loss_for_the_panels_runs_and_compare():
+    from workbench.results.panels import loss_column
+    from workbench.results.series import MetricData
+
+    for columns, expected in ((["rank", "step", "lr", "train_loss"], "train_loss"),
+                              (["rank", "step", "loss", "train_loss"], "loss"),
+                              (["rank", "step", "val_loss", "recon_loss"], "recon_loss"),
+                              (["rank", "step", "val_loss", "loss_reduced"], None)):
+        frame = pd.DataFrame({c: [0, 1] if c in ("rank", "step") else [0.5, 0.25] for c in columns})
+        assert history.loss_metric(frame) == expected == loss_column(MetricData.from_frame(frame)), columns
+    empty = pd.DataFrame({"rank": [0], "step": [1], "loss": [np.nan], "train_loss": [0.3]})
+    assert history.loss_metric(empty) == "train_loss"  # a name with no value is passed over
 
 
 def test_a_function_run_shows_the_lr_it_logged_and_no_config_defaults(tmp_path):

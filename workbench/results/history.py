@@ -198,16 +198,11 @@ def logged_lr(frame: pd.DataFrame) -> float | None:
 
 
 def loss_metric(frame: pd.DataFrame) -> str | None:
-    """The training loss the job logged: loss, train_loss, ... (the names the plots know), else
-    another column ending in "loss" that is no validation metric."""
-    from workbench.results.panels import EVAL_PREFIXES, HIDDEN, LOSS_NAMES
+    """The training loss the job logged: loss, train_loss, ... (workbench.results.panels.pick_loss,
+    the rule the dashboard names its loss panel by)."""
+    from workbench.results.panels import pick_loss
 
-    names = [str(c) for c in frame.columns]
-    others = [n for n in names if n.endswith("loss") and not n.startswith(EVAL_PREFIXES) and n not in HIDDEN]
-    for name in [*[n for n in LOSS_NAMES if n in names], *others]:
-        if frame[name].notna().any():
-            return name
-    return None
+    return pick_loss([str(c) for c in frame.columns], lambda name: bool(frame[name].notna().any()))
 
 
 def _losses(frame: pd.DataFrame) -> dict[str, Any]:
@@ -216,10 +211,7 @@ def _losses(frame: pd.DataFrame) -> dict[str, Any]:
     metric = loss_metric(frame) if len(frame) else None
     if metric is None:
         return {}
-    if metric == "loss":
-        loss = reduced_loss(frame)["loss"]
-    else:  # the mean over the ranks at each step
-        loss = frame.groupby("step")[metric].mean().dropna()
+    loss = reduced_loss(frame, "step", metric)["loss"]
     if not len(loss):
         return {"loss_metric": metric}
     return {"loss_metric": metric, "last_loss": float(loss.iloc[-1]), "best_loss": float(loss.min())}
@@ -247,46 +239,90 @@ def config_diff(items: RunLike | Iterable[RunLike]) -> pd.DataFrame:
 
 
 def compare(items: RunLike | Iterable[RunLike], x: str = "samples", smooth: float = 0.6,
-            labels: Sequence[str] | None = None, theme: str = "light") -> Figure:
-    """Several runs on one figure: reduced training loss and each validation metric against `x`
-    ("samples" seen, "step" or "elapsed_s"), smoothed (raw faint behind), and under them the config
-    fields that differ.  Comparing by samples seen asks the scaling guides' question: does the run at
-    4 ranks (and 4x the batch) converge like the 1-rank run per sample?"""
+            labels: Sequence[str] | None = None, theme: str = "light",
+            metrics: Sequence[str] | None = None) -> Figure:
+    """Several runs on one figure: each run's training loss (the metric it logged: loss, train_loss,
+    ..., reduced across ranks) and the validation metrics against `x` ("samples" seen, "step" or
+    "elapsed_s"), smoothed (raw faint behind), and under them the config fields that differ.
+    `metrics`: the eval metrics to draw (default: the first three any run logged, from its eval
+    events or its records).  Comparing by samples seen asks the scaling guides' question: does the
+    run at 4 ranks (and 4x the batch) converge like the 1-rank run per sample?"""
     from workbench.results.plots import RANK_COLOURS, PlotOptions, ShownFigure, theme_rc
 
     found = as_runs(items)
     names = list(labels) if labels is not None else [run.folder.name for run in found]
-    data = [(run.metrics(), run.evals()) for run in found]
-    metrics = sorted({c for _, ev in data for c in ev.columns if c.startswith("val_")})[:3]
+    data = [_compared(run) for run in found]
+    evals = _eval_metrics(data, metrics)
+    losses = [loss_metric(frame) if len(frame) else None for frame, _ in data]
     diff = config_diff(found)
     opts = PlotOptions(smooth=smooth, theme=theme)
     with theme_rc(theme):
         fig = ShownFigure(figsize=(11.0, 3.4 + 0.22 * (len(diff) + 2)), layout="constrained")  # shows itself
-        grid = fig.add_gridspec(2, 1 + len(metrics), height_ratios=[3.4, 0.22 * (len(diff) + 2)])
+        grid = fig.add_gridspec(2, 1 + len(evals), height_ratios=[3.4, 0.22 * (len(diff) + 2)])
         loss_ax = fig.add_subplot(grid[0, 0])
-        for i, (name, (frame, _)) in enumerate(zip(names, data)):
-            _compare_loss(loss_ax, frame, x, RANK_COLOURS[i % len(RANK_COLOURS)], name, opts)
-        _axis(loss_ax, "training loss (reduced)", x)
-        for j, metric in enumerate(metrics, start=1):
+        named = len({m for m in losses if m}) > 1  # runs logged different names: the legend says whose
+        for i, (name, (frame, _), metric) in enumerate(zip(names, data, losses)):
+            if metric is not None:
+                label = f"{name} ({metric})" if named else name
+                _compare_loss(loss_ax, frame, x, metric, RANK_COLOURS[i % len(RANK_COLOURS)], label, opts)
+        shown = sorted({m for m in losses if m}, key=losses.index)
+        _axis(loss_ax, "training loss (reduced)" + (" · " + ", ".join(shown) if shown else ""), x)
+        for j, metric in enumerate(evals, start=1):
             ax = fig.add_subplot(grid[0, j])
-            for i, (name, (_, evals)) in enumerate(zip(names, data)):
-                if metric in evals:
-                    rows = evals[[x if x in evals else "step", metric]].dropna()
-                    ax.plot(rows.iloc[:, 0], rows[metric], "o-", ms=3, color=RANK_COLOURS[i % len(RANK_COLOURS)],
-                            label=name)
+            for i, (name, (_, points)) in enumerate(zip(names, data)):
+                if metric in _evals_of(points):
+                    spec = _eval_points(points, metric, x)
+                    ax.plot(spec.x, spec.y, "o-", ms=3, color=RANK_COLOURS[i % len(RANK_COLOURS)], label=name)
             _axis(ax, metric, x)
         _diff_table(fig.add_subplot(grid[1, :]), diff, names)
     return fig
 
 
-def _compare_loss(ax: Any, frame: pd.DataFrame, x: str, colour: str, name: str, opts: Any) -> None:
+def _compared(run: Run) -> tuple[pd.DataFrame, Any]:
+    """A run's metrics frame, and its metrics with its eval events as the dashboard's panels read them."""
+    from workbench.results.series import MetricData
+
+    frame = run.metrics()
+    return frame, MetricData.from_frame(frame, run.evals())
+
+
+def _evals_of(data: Any) -> list[str]:
+    """The eval metrics one run logged: in its eval events, then eval-like columns of its records."""
+    from workbench.results.panels import eval_columns
+
+    events, records = eval_columns(data)
+    return [*sorted(events), *records]
+
+
+def _eval_metrics(data: list[tuple[pd.DataFrame, Any]], wanted: Sequence[str] | None) -> list[str]:
+    """The eval metrics to draw: those asked for (each logged by some run, else one ValueError), or
+    the first three (by name) the runs logged, in eval events or as eval-like columns of the records."""
+    logged = sorted({c for _, points in data for c in _evals_of(points)})
+    if wanted is None:
+        return logged[:3]
+    if isinstance(wanted, str):
+        raise ValueError(f"metrics: give a list of eval metric names, e.g. [{wanted!r}]")
+    missing = [m for m in wanted if m not in logged]
+    if missing:
+        raise ValueError(f"metrics: {missing[0]!r} was logged by none of the runs; "
+                         f"they logged {', '.join(logged) or 'no eval metric'}")
+    return list(wanted)
+
+
+def _eval_points(data: Any, metric: str, x: str) -> Any:
+    """The metric's points as the dashboard's validation panel draws them (eval events, else the
+    lowest rank's records)."""
+    from workbench.results.panels import Panel, _eval_specs
+
+    return _eval_specs(Panel("val", (metric,), metric), data, data.axis(x))[0]
+
+
+def _compare_loss(ax: Any, frame: pd.DataFrame, x: str, metric: str, colour: str, name: str, opts: Any) -> None:
     from workbench.results.metricview import reduced_loss
     from workbench.results.plots import _line
 
-    if not len(frame) or "loss" not in frame:
-        return
     column = x if x in frame else "step"
-    loss = reduced_loss(frame, column)
+    loss = reduced_loss(frame, column, metric)
     _line(ax, loss[column].to_numpy(float), loss["loss"].to_numpy(float), colour, name, opts)
 
 

@@ -61,10 +61,11 @@ def band(frame: pd.DataFrame, column: str, x: str = "step") -> Band:
     return BandCache()(MetricData.from_frame(frame), column, x)
 
 
-def reduced_loss(frame: pd.DataFrame, x: str = "step") -> pd.DataFrame:
-    """The loss reduced across ranks per logged step: loss_reduced as the lowest rank logged it (every
-    rank logs the same value), else the mean of the ranks' losses."""
-    if "loss_reduced" in frame and frame["loss_reduced"].notna().any():
+def reduced_loss(frame: pd.DataFrame, x: str = "step", metric: str = "loss") -> pd.DataFrame:
+    """The training loss `metric` reduced across ranks per logged step, as columns [x, "loss"]:
+    loss_reduced as the lowest rank logged it (the engine's all-reduced `loss`: every rank logs the
+    same value), else the mean of the ranks' values of `metric`."""
+    if metric == "loss" and "loss_reduced" in frame and frame["loss_reduced"].notna().any():
         first = frame[frame["rank"] == frame["rank"].min()]
         return first[[x, "loss_reduced"]].dropna().rename(columns={"loss_reduced": "loss"})
-    return frame.groupby(x)["loss"].mean().reset_index()
+    return frame.groupby(x)[metric].mean().dropna().rename("loss").reset_index()

@@ -8,6 +8,7 @@ median band are computed on the full series here, before any reduction for drawi
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,12 +68,18 @@ class Views:
 
 def loss_column(data: MetricData) -> str | None:
     """The training loss the job logged: loss, train_loss, ... or another column ending in "loss"."""
-    names = data.columns()
+    return pick_loss(data.columns(), data.has)
+
+
+def pick_loss(names: Sequence[str], has: Callable[[str], bool]) -> str | None:
+    """The training loss among `names` (columns; `has`: whether one holds a value): the first of
+    LOSS_NAMES, else another name ending in "loss" that is neither an eval metric nor bookkeeping.
+    The one rule for the dashboard's loss panel, compare(), runs() and the end-of-run table."""
     for name in LOSS_NAMES:
-        if name in names and data.has(name):
+        if name in names and has(name):
             return name
     for name in names:
-        if name.endswith("loss") and not name.startswith(EVAL_PREFIXES) and name not in HIDDEN and data.has(name):
+        if name.endswith("loss") and not name.startswith(EVAL_PREFIXES) and name not in HIDDEN and has(name):
             return name
     return None
 
