@@ -3,9 +3,9 @@
     python -m workbench.engine.worker RUN_DIR
 
 It finds its rank in the torchrun environment the agent set, the config in RUN_DIR/config.yaml
-and what else it runs in RUN_DIR/task.pkl (a task factory passed as a Python object, a script
-or a function), so that unpickling it is part of
-the rank's reported work (a failure there names the rank, the type and the traceback).  SIGTERM
+and the rest of the run's job in RUN_DIR/task.pkl (a task factory passed as a Python object, a
+script or a function), so that unpickling it happens inside the rank and is reported like its
+training (a failure there names the rank, the type and the traceback).  SIGTERM
 and SIGHUP stop it like Ctrl-C: the rank records that it was interrupted and exits."""
 
 from __future__ import annotations
@@ -101,13 +101,13 @@ def run_job(run_dir: str, attempt: int = 0, exit_after_engine: bool = False) -> 
     `exit_after_engine`: a cold worker that ran the engine leaves at once (`exit_now`)."""
     from workbench.engine.script import FnJob, ScriptJob, run_fn_rank, run_script_rank
 
-    work = _peek_work(run_dir)
+    job = _peek_job(run_dir)
     rank = int(os.environ["RANK"])
-    if isinstance(work, ScriptJob):
-        run_script_rank(work, run_dir, rank, attempt)
+    if isinstance(job, ScriptJob):
+        run_script_rank(job, run_dir, rank, attempt)
         return 0
-    if isinstance(work, FnJob):
-        run_fn_rank(work, run_dir, rank, attempt)
+    if isinstance(job, FnJob):
+        run_fn_rank(job, run_dir, rank, attempt)
         return 0
     from workbench.config.sections import JobConfig
     from workbench.engine.rank import run_rank
@@ -135,8 +135,8 @@ def exit_now(code: int) -> NoReturn:
     os._exit(code)
 
 
-def _peek_work(run_dir: str) -> object:
-    """What task.pkl holds (a script, a function, or a task factory), or None.  A factory that does
+def _peek_job(run_dir: str) -> object:
+    """What task.pkl holds (a ScriptJob, an FnJob, or a task factory: the engine's job), or None.  A factory that does
     not unpickle here is unpickled again inside the engine's own reporting, which records the error."""
     from workbench.engine.tasks import load_task_factory
     from workbench.runfolder.layout import RunDir

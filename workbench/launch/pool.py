@@ -25,7 +25,7 @@ from workbench.errors import ConfigError, SubmitError
 from workbench.launch.executors import make_executor
 from workbench.launch.pooljob import PoolJob, pool_alive
 from workbench.launch.run import Run
-from workbench.launch.submit import _start, check_before_submit, engine_work, fn_work, script_work
+from workbench.launch.submit import _start, check_before_submit, engine_job, fn_job, script_job
 from workbench.proctree import Proc, end, wait_gone
 from workbench.runfolder.layout import PoolDir, RunDir, pool_dir, pools_under, read_json, safe_name, write_json_atomic
 from workbench.runfolder.private import private_umask
@@ -90,22 +90,22 @@ class Pool:
     def submit(self, cfg: JobConfig | None = None, task: Callable[..., Any] | None = None,
                run_dir: str | Path | None = None) -> Run:
         """workbench.submit, in the warm ranks (cfg: the pool's config when not given)."""
-        cfg, factory = engine_work(cfg or self.cfg, task)
-        return _start(cfg, run_dir, work=factory, launcher=self)
+        cfg, factory = engine_job(cfg or self.cfg, task)
+        return _start(cfg, run_dir, job=factory, launcher=self)
 
     def submit_fn(self, fn: Callable[..., Any], *args: Any, cfg: JobConfig | None = None,
                   run_dir: str | Path | None = None, **kwargs: Any) -> Run:
         """workbench.submit_fn, in the warm ranks."""
-        cfg, job = fn_work(fn, args, kwargs, cfg or self.cfg)
-        return _start(cfg, run_dir, work=job, facts={"function": job.label}, launcher=self)
+        cfg, job = fn_job(fn, args, kwargs, cfg or self.cfg)
+        return _start(cfg, run_dir, job=job, facts={"function": job.label}, launcher=self)
 
     def submit_script(self, script: str | Path | None = None, args: list[str] | None = None,
                       cfg: JobConfig | None = None, run_dir: str | Path | None = None, *, module: str | None = None,
                       cwd: str | Path | None = None, env: dict[str, str] | None = None) -> Run:
         """workbench.submit_script, in the warm ranks: the script's own init_process_group() and
         destroy_process_group() find the pool's group up and leave it up."""
-        cfg, job, facts = script_work(script, args, cfg or self.cfg, None, module, cwd, env)
-        return _start(cfg, run_dir, work=job, facts=facts, launcher=self)
+        cfg, job, facts = script_job(script, args, cfg or self.cfg, None, module, cwd, env)
+        return _start(cfg, run_dir, job=job, facts=facts, launcher=self)
 
     def check(self, cfg: JobConfig) -> None:
         """A job must fit the ranks: same world size and backend (ConfigError naming the field)."""

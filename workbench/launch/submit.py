@@ -36,14 +36,15 @@ def submit(cfg: JobConfig, task: Callable[..., Any] | None = None, run_dir: str 
     earlier run continues it from its latest checkpoint (`from_scratch=True`: start over, its
     checkpoints set aside).  A local run lives on when the submitting process ends (a kernel
     restart): `Run.load(run_dir)` follows it again; `stop_with_caller=True` ends it with the caller."""
-    cfg, factory = engine_work(cfg, task)
-    return _start(cfg, run_dir, work=factory, from_scratch=from_scratch, stop_with_caller=stop_with_caller)
+    cfg, factory = engine_job(cfg, task)
+    return _start(cfg, run_dir, job=factory, from_scratch=from_scratch, stop_with_caller=stop_with_caller)
 
 
-def engine_work(cfg: JobConfig, task: Callable[..., Any] | None) -> tuple[JobConfig, Any]:
-    """The config and task.pkl content of an engine run (submit).  A factory given as `task` is bound
-    to task.options here, before anything starts (workbench.engine.tasks.factory_options: options
-    written for a built-in task are not passed to it); the config records what it is called with."""
+def engine_job(cfg: JobConfig, task: Callable[..., Any] | None) -> tuple[JobConfig, Any]:
+    """The config and task.pkl content (a task factory, or None) of an engine run (submit).  A
+    factory given as `task` is bound to task.options here, before anything starts
+    (workbench.engine.tasks.factory_options: options written for a built-in task are not passed to
+    it); the config records what it is called with."""
     if task is not None:
         options = factory_options(task, cfg.task.name, cfg.task.options)
         return cfg.replace(task__name=factory_label(task), task__options=options), task
@@ -60,11 +61,11 @@ def submit_script(script: str | Path | None = None, args: list[str] | None = Non
     """Launch a torchrun-style script (or `module`, as `python -m` would) on cfg's executor, one
     process per rank, each with torchrun's environment.  `cwd` is the ranks' working folder (default:
     this one) and `env` extra environment variables for them."""
-    cfg, job, facts = script_work(script, args, cfg, nproc, module, cwd, env)
-    return _start(cfg, run_dir, work=job, stop_with_caller=stop_with_caller, facts=facts)
+    cfg, job, facts = script_job(script, args, cfg, nproc, module, cwd, env)
+    return _start(cfg, run_dir, job=job, stop_with_caller=stop_with_caller, facts=facts)
 
 
-def script_work(script: str | Path | None, args: list[str] | None, cfg: JobConfig | None, nproc: int | None,
+def script_job(script: str | Path | None, args: list[str] | None, cfg: JobConfig | None, nproc: int | None,
                 module: str | None, cwd: str | Path | None, env: dict[str, str] | None,
                 ) -> tuple[JobConfig, ScriptJob, dict[str, Any]]:
     """The config, ScriptJob and run.json facts of a script run (submit_script)."""
@@ -94,11 +95,11 @@ def submit_fn(fn: Callable[..., Any], *args: Any, cfg: JobConfig | None = None, 
     group up for dist.backend.  `fn` may be defined in a notebook cell: it is pickled by value.
     `workbench.log(step=..., **values)` inside it streams per rank; `run.results()` gives every
     rank's return value in rank order; an exception on any rank fails the run with its traceback."""
-    cfg, job = fn_work(fn, args, kwargs, cfg)
-    return _start(cfg, run_dir, work=job, facts={"function": job.label})
+    cfg, job = fn_job(fn, args, kwargs, cfg)
+    return _start(cfg, run_dir, job=job, facts={"function": job.label})
 
 
-def fn_work(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], cfg: JobConfig | None,
+def fn_job(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], cfg: JobConfig | None,
             ) -> tuple[JobConfig, FnJob]:
     """The config and FnJob of a function run (submit_fn)."""
     cfg = cfg or JobConfig()
@@ -141,11 +142,12 @@ class Launcher(Protocol):
         """Start the ranks on the prepared run folder; returns the job the Run handle follows."""
 
 
-def _start(cfg: JobConfig, run_dir: str | Path | None, *, work: Any = None, from_scratch: bool = False,
+def _start(cfg: JobConfig, run_dir: str | Path | None, *, job: Any = None, from_scratch: bool = False,
            stop_with_caller: bool = False, facts: dict[str, Any] | None = None,
            launcher: Launcher | None = None) -> Run:
-    """`work` is what the ranks' workers run besides the config: a task factory, a ScriptJob or an
-    FnJob (pickled into the run's task.pkl), or None for the engine with cfg.task.name."""
+    """`job` is the part of the run's job that the config does not say, pickled into the run's
+    task.pkl: a task factory (the engine's job), a ScriptJob or an FnJob; None for the engine with
+    cfg.task.name."""
     launcher = launcher or FreshRanks()
     launcher.check(cfg)  # a pool's ranks first: its world size and backend are fixed
     check_before_submit(cfg)
@@ -155,14 +157,14 @@ def _start(cfg: JobConfig, run_dir: str | Path | None, *, work: Any = None, from
         _check_folder_free(run)
         _check_checkpoints(run, from_scratch)
         _prepare(run, cfg, {**(facts or {}), **submit_provenance()}, existed)
-        _write_task(run, work)
+        _write_task(run, job)
         try:
-            job = launcher.hand_over(cfg, run, stop_with_caller)
+            handle = launcher.hand_over(cfg, run, stop_with_caller)
         except SubmitError:  # the scheduler refused it (SLURM's words): no job, so no run folder either
             if not existed:
                 shutil.rmtree(run.root, ignore_errors=True)
             raise
-    return Run(run.root, job)
+    return Run(run.root, handle)
 
 
 class FreshRanks:
@@ -240,12 +242,12 @@ def _unreadable(path: Path) -> str | None:
     return None
 
 
-def _write_task(run: RunDir, work: Any) -> None:
+def _write_task(run: RunDir, job: Any) -> None:
     """What the workers run (a task factory passed as an object, a ScriptJob, an FnJob), pickled by
     value where cloudpickle can (the worker unpickles it and reports a failure like any other)."""
-    if work is None:
+    if job is None:
         run.task_pickle.unlink(missing_ok=True)
         return
     import cloudpickle
 
-    write_atomic(run.task_pickle, cloudpickle.dumps(work))  # 0600: a pickle is code
+    write_atomic(run.task_pickle, cloudpickle.dumps(job))  # 0600: a pickle is code
