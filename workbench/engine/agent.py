@@ -44,7 +44,7 @@ from workbench.engine.monitor import (
     node_name,
 )
 from workbench.engine.preempt import SIGNAL as PREEMPT_SIGNAL
-from workbench.engine.rendezvous import RankContract, attempt
+from workbench.engine.rendezvous import RankContract, attempt, torchrun_env
 from workbench.engine.supervisor import LOST, POLL_S, Supervisor
 from workbench.engine.tee import Tee
 from workbench.engine.worker import ATTEMPT_ENV, REQUEUE_EXIT_CODE
@@ -148,10 +148,7 @@ class RankAgent:
         elastic.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         return {**os.environ, "MASTER_PORT": str(self.env.master_port), ATTEMPT_ENV: str(number),
                 "TORCHELASTIC_RESTART_COUNT": str(restart), "TORCHELASTIC_MAX_RESTARTS": str(self.max_restarts),
-                "TORCHELASTIC_ERROR_FILE": str(elastic),
-                "TORCHELASTIC_SIGNALS_TO_HANDLE": os.environ.get("TORCHELASTIC_SIGNALS_TO_HANDLE",
-                                                                 "SIGTERM,SIGINT,SIGHUP,SIGQUIT"),
-                "TORCH_NCCL_ASYNC_ERROR_HANDLING": os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
+                **torchrun_env(elastic),
                 **({PORT_RETRY_ENV: "1"} if self.port_retry <= PORT_RETRIES else {})}
 
     def _watch(self, worker: subprocess.Popen[bytes], number: int) -> str:

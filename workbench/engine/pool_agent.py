@@ -9,6 +9,12 @@ writes the job's done file for its rank (and the rank's error file, as for a col
 worker died without one), then every rank starts a fresh worker and they meet at a fresh port
 (generation g+1): a rank whose collective state is unknown is never used again.
 
+A job's output and failure are a cold run's: the worker's stdout and stderr pass through this
+agent's tee (engine.tee), routed into the job's run-folder logs and its logs/rank{R}.log while the
+job runs; the job sees TORCHELASTIC_ERROR_FILE in its own run folder (read back here when it died
+without an error of its own) and torchrun's other variables.  A meeting port taken before the
+ranks met ends the generation without counting as a failed start: they meet again on a fresh one.
+
 Any agent that starts a new generation marks its worker down for the meeting ``gen{g}``
 (engine.supervisor's regroup barrier, as after a cold run's failure); the others see it and
 follow.  Rank 0 then notes every job before the next one as done for every rank and publishes
@@ -25,10 +31,11 @@ import sys
 import time
 from typing import Any
 
-from workbench.engine.agent import STDERR_TAIL_BYTES, RankAgent, _stderr_tail
-from workbench.engine.monitor import PEER_FAILED_EXIT_CODE
-from workbench.engine.rendezvous import RankContract
+from workbench.engine.agent import PORT_RETRIES, STDERR_TAIL_BYTES, RankAgent, _stderr_tail
+from workbench.engine.monitor import PEER_FAILED_EXIT_CODE, PORT_TAKEN_EXIT_CODE
+from workbench.engine.rendezvous import RankContract, torchrun_env
 from workbench.engine.supervisor import POLL_S
+from workbench.engine.tee import TEE_MARK_ENV, Tee, new_mark
 from workbench.engine.warm import GENERATION_ENV, NEXT_JOB_ENV
 from workbench.proctree import Proc, end, parent_death_signal
 from workbench.runfolder.layout import PoolDir, RunDir, read_json, write_json_atomic
@@ -80,17 +87,22 @@ class PoolAgent(RankAgent):
     def _generation(self) -> str:
         """One warm worker, through as many jobs as it serves."""
         self.job, self.run = None, self.pool
+        mark = new_mark()
         env = {**os.environ, "MASTER_PORT": str(self.env.master_port), NEXT_JOB_ENV: str(self.next_job),
-               GENERATION_ENV: str(self.generation)}
+               GENERATION_ENV: str(self.generation), TEE_MARK_ENV: mark,
+               **torchrun_env(self.pool.elastic_error(self.rank))}  # a job sets its own error file
         self.worker = worker = subprocess.Popen(
             [sys.executable, "-m", "workbench.engine.warm", str(self.pool.root)], env=env,
-            start_new_session=True, preexec_fn=parent_death_signal(signal.SIGKILL))
+            start_new_session=True, preexec_fn=parent_death_signal(signal.SIGKILL),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.tee = Tee(worker, None, mark)  # each job's output into its run folder's logs, as a cold rank's
         self.proc = Proc.of(worker.pid, group=True) or Proc(worker.pid, 0, worker.pid)
         self._record_procs(self.generation)
         self._kill_after_s = 5.0
         outcome = self._watch_jobs(worker)
         end([self.proc], self._kill_after_s)
         worker.poll()
+        self.tee.close()
         self._job_over(outcome)
         return outcome
 
@@ -99,6 +111,8 @@ class PoolAgent(RankAgent):
         while True:
             code = worker.poll()
             if code is not None:
+                if self.tee is not None:
+                    self.tee.drain()  # its last words reach the job's logs before they are read back
                 return self._worker_ended(code)
             self._alive_at = time.time()
             if self.stop_signal:
@@ -130,7 +144,9 @@ class PoolAgent(RankAgent):
 
     def _worker_ended(self, code: int) -> str:
         ready = read_json(self.pool.ready(self.rank)) or {}
-        if ready.get("generation") != self.generation:  # it died warming up: not a job's fault
+        if code == PORT_TAKEN_EXIT_CODE and self.port_retry <= PORT_RETRIES:
+            self._port_taken()  # not the worker's fault: the ranks meet again at a fresh port
+        elif ready.get("generation") != self.generation:  # it died warming up: not a job's fault
             self._failed_starts += 1
             if self._failed_starts >= MAX_FAILED_STARTS:
                 self.pool.update_meta(closed=time.time(), closed_by=f"rank {self.rank}'s warm worker failed to start "
@@ -143,6 +159,14 @@ class PoolAgent(RankAgent):
                 and code not in (128 + signal.SIGTERM, 128 + signal.SIGHUP) and not self.stop_signal:
             self._ensure_error(code, 0)
         return "failed"
+
+    def _port_taken(self) -> None:
+        """Rank 0 could not listen on the meeting port (another process took it before the ranks
+        met): the new generation meets at a fresh one (engine.supervisor's regroup); say so."""
+        self.port_retry += 1
+        message = (f"port {self.env.master_port} was taken before the ranks met: they met again on a fresh "
+                   f"port (generation {self.generation + 1})")
+        self.pool.update_meta(lambda meta: meta.setdefault("warnings", []).append(message))
 
     def _job_over(self, outcome: str) -> None:
         """The job the worker was in ended with it: its done file for this rank."""

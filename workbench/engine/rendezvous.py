@@ -60,6 +60,16 @@ def attempt() -> int:
     return int(os.environ.get("SLURM_RESTART_COUNT") or os.environ.get(REQUEUES_ENV) or 0)
 
 
+def torchrun_env(error_file: Path) -> dict[str, str]:
+    """What torchrun's agent gives each worker besides the rank variables: its error file (where
+    torch's @record writes), the signals its handlers turn into a clean exit, NCCL's async error
+    handling; a value the user set is kept."""
+    return {"TORCHELASTIC_ERROR_FILE": str(error_file),
+            "TORCHELASTIC_SIGNALS_TO_HANDLE": os.environ.get("TORCHELASTIC_SIGNALS_TO_HANDLE",
+                                                             "SIGTERM,SIGINT,SIGHUP,SIGQUIT"),
+            "TORCH_NCCL_ASYNC_ERROR_HANDLING": os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")}
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port that was free on `host` a moment ago (bound and released)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

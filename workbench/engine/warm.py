@@ -39,8 +39,11 @@ import traceback
 from collections.abc import Iterator
 from typing import Any
 
+from workbench.engine.monitor import PORT_TAKEN_EXIT_CODE
+from workbench.engine.tee import switch_output
 from workbench.engine.userframes import user_traceback
-from workbench.engine.worker import Terminated, _terminate, run_job
+from workbench.engine.worker import Terminated, _terminate, line_buffered, run_job, show_failure
+from workbench.runfolder.failures import port_taken
 from workbench.runfolder.layout import PoolDir, RunDir, read_json, write_json_atomic
 
 NEXT_JOB_ENV = "WORKBENCH_POOL_NEXT_JOB"
@@ -56,12 +59,19 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     pool = PoolDir(args[0])
     faulthandler.enable()
+    line_buffered()  # its stdout and stderr are pipes to its agent (engine.tee): lines go as printed
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _terminate)
     try:
         return serve(pool, int(os.environ["RANK"]))
     except Terminated as exc:
         return 128 + signal.Signals[str(exc)].value
+    except Exception as exc:
+        if not port_taken(exc):  # a job's exception never gets here: only warming up (the group) does
+            raise
+        print(f"[workbench] port {os.environ.get('MASTER_PORT')} was taken before the ranks met: "
+              "they meet again on a fresh one", file=sys.stderr, flush=True)
+        return PORT_TAKEN_EXIT_CODE
 
 
 def serve(pool: PoolDir, rank: int) -> int:
@@ -138,12 +148,15 @@ def run_in_folder(job: dict[str, Any], rank: int, number: int) -> dict[str, Any]
     run_dir = str(job["run_dir"])
     fresh_rngs()
     with restored_process_state(), borrowed_group(), output_to(RunDir(run_dir), number, rank):
+        elastic = RunDir(run_dir).elastic_error(rank)  # torch's @record writes there, as under torchrun
+        elastic.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.environ["TORCHELASTIC_ERROR_FILE"] = str(elastic)
         try:
             code = run_job(run_dir, 0)
         except Terminated:
             raise
-        except BaseException:  # recorded in the run folder already; its traceback goes to the rank's log
-            traceback.print_exc()
+        except BaseException as exc:  # recorded in the run folder already; the rank's log shows the user's frames
+            show_failure(exc, run_dir, 0)
             code = 1
     return {"outcome": "finished" if code == 0 else "failed", "exit_code": code}
 
@@ -218,26 +231,15 @@ def _user_module(module: Any) -> bool:
 
 @contextlib.contextmanager
 def output_to(run: RunDir, job: int, rank: int) -> Iterator[None]:
-    """This process's stdout and stderr (file descriptors 1 and 2) into the run's log files for pool job `job`."""
-    from workbench.runfolder.private import open_private
-
+    """This process's stdout and stderr into the run's log files for pool job `job`, and into its
+    interleaved log, through the agent's tee (engine.tee) as a cold worker's."""
     run.logs.mkdir(parents=True, exist_ok=True)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
-    with open_private(run.pool_log(job, rank, "out"), "a") as out, \
-            open_private(run.pool_log(job, rank, "err"), "a") as err:
-        os.dup2(out.fileno(), 1)
-        os.dup2(err.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            os.close(saved[0])
-            os.close(saved[1])
+    switch_output({"out": str(run.pool_log(job, rank, "out")), "err": str(run.pool_log(job, rank, "err")),
+                   "both": str(run.both_streams(rank))})
+    try:
+        yield
+    finally:
+        switch_output({})
 
 
 def settle() -> float:
