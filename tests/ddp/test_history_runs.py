@@ -28,6 +28,8 @@ def test_runs_widget_cancels_and_resumes_a_real_run(tmp_path):
     assert f"cancelled {run.folder.name}" in view.message.value
     assert run.wait(timeout=120).state == "cancelled"
     stopped_at = int(run.metrics()["step"].max())
+    kept = workbench.runs(tmp_path).iloc[0]  # ended: its row is kept in the folder (row.json)
+    assert kept["status"] == "cancelled" and run.dir.row_cache.exists()
     view.buttons["Resume"].click()
     assert "resumed" in view.message.value, view.message.value
     resumed = view.dashboard.run
@@ -36,6 +38,8 @@ def test_runs_widget_cancels_and_resumes_a_real_run(tmp_path):
     view.dashboard.stop()
     resumed.cancel()
     assert resumed.wait(timeout=120).state == "cancelled"
+    again = workbench.runs(tmp_path).iloc[0]  # the kept row was for the first attempt's files: read again
+    assert again["steps"] > kept["steps"] and again["end"] > kept["end"]
 
 
 

@@ -211,3 +211,75 @@ def test_a_logged_lr_beats_the_config_and_a_finished_run_is_read_once(tmp_path, 
     writer.close()
     with pytest.raises(pytest.fail.Exception, match="read again"):  # a file changed: read again
         workbench.runs(tmp_path)
+
+
+def _forget_rows_in_memory(monkeypatch):
+    """A fresh process: no row kept in memory (what is on disk stays)."""
+    monkeypatch.setattr(history, "_ROWS", {})
+
+
+def test_an_ended_runs_row_is_kept_in_its_folder_and_read_from_there_by_a_fresh_process(tmp_path, monkeypatch):
+    folder = write_run(tmp_path, "ended", 2, "linear")
+    first = workbench.runs(tmp_path)
+    kept = RunDir(folder).row_cache
+    assert kept.exists() and (kept.stat().st_mode & 0o777) == 0o600
+    _forget_rows_in_memory(monkeypatch)
+    monkeypatch.setattr(history, "run_row", lambda folder: pytest.fail("read again"))
+    again = workbench.runs(tmp_path)
+    pd.testing.assert_frame_equal(first, again)
+    assert again.iloc[0]["val_loss"] == pytest.approx(1 / 80) and again.iloc[0]["steps"] == 40
+
+
+def test_a_running_run_is_read_live_and_keeps_no_row(tmp_path):
+    from tests.support.runs import run_folder
+
+    run = run_folder(tmp_path, steps=50)  # its job is this process: alive
+    assert workbench.runs(tmp_path).iloc[0][["status", "steps"]].tolist() == ["running", 50]
+    assert not run.row_cache.exists()
+
+
+def test_a_run_resumed_after_its_row_was_kept_shows_its_new_values(tmp_path, monkeypatch):
+    folder = write_run(tmp_path, "resumed", 2, "linear")
+    assert workbench.runs(tmp_path).iloc[0]["steps"] == 40  # ended: its row is kept
+    run = RunDir(folder)
+    run.prepare(JobConfig.from_yaml(run.config), "local")  # a resume in the same folder, as Run.resume does
+    for rank in range(2):
+        writer = JsonlWriter(run.metrics(rank))
+        for step in range(41, 61):
+            writer.write({"rank": rank, "step": step, "time": 1e9 + step, "loss": 0.05, "loss_reduced": 0.05})
+        writer.close()
+        write_json_atomic(run.status(rank), {"rank": rank, "state": "finished", "step": 60, "time": 2e9})
+    write_json_atomic(run.summary, {"status": "finished"})
+    for fresh in (False, True):  # this process, which kept the row in memory, and a fresh one
+        if fresh:
+            _forget_rows_in_memory(monkeypatch)
+        row = workbench.runs(tmp_path).iloc[0]
+        assert row["steps"] == 60 and row["last_loss"] == pytest.approx(0.05) and row["status"] == "finished"
+
+
+@pytest.mark.parametrize("content", [b"{not json", b"[1, 2]", b'{"version": 1, "row": 3, "signature": []}',
+                                     b'{"version": "1", "row": {}, "signature": []}'])
+def test_a_damaged_row_file_is_warned_about_and_written_again(tmp_path, monkeypatch, content):
+    folder = write_run(tmp_path, "damaged", 2, "linear")
+    expected = workbench.runs(tmp_path)
+    RunDir(folder).row_cache.write_bytes(content)
+    _forget_rows_in_memory(monkeypatch)
+    with pytest.warns(workbench.DamagedFileWarning, match=r"row\.json: .*; read as if it were absent"):
+        found = workbench.runs(tmp_path)
+    pd.testing.assert_frame_equal(found, expected)
+    _forget_rows_in_memory(monkeypatch)
+    monkeypatch.setattr(history, "run_row", lambda folder: pytest.fail("read again"))
+    pd.testing.assert_frame_equal(workbench.runs(tmp_path), expected)  # rewritten: read from the file
+
+
+def test_a_row_file_of_another_version_or_for_other_files_is_not_used(tmp_path, monkeypatch):
+    import json
+
+    folder = write_run(tmp_path, "other", 2, "linear")
+    workbench.runs(tmp_path)
+    kept = RunDir(folder).row_cache
+    stored = json.loads(kept.read_text())
+    for change in ({"version": 2}, {"signature": stored["signature"][1:]}):
+        kept.write_text(json.dumps({**stored, **change, "row": {**stored["row"], "steps": 7}}))
+        _forget_rows_in_memory(monkeypatch)
+        assert workbench.runs(tmp_path).iloc[0]["steps"] == 40  # read afresh, not the 7 in the file

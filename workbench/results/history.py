@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
 from workbench.config.sections import flatten
-from workbench.runfolder.layout import run_folders_in
+from workbench.runfolder.layout import RunDir, run_folders_in
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -80,25 +80,89 @@ def runs(root: str | os.PathLike[str] | None = None) -> pd.DataFrame:
     return frame
 
 
+ROW_VERSION = 1
+"""The layout of a cached row file (RunDir.row_cache): another version is read as absent and rewritten."""
+ROW_FILE = RunDir(".").row_cache.name
+READ_FROM = ("metrics", "events", "status", "errors", "results", "procs", "stacks")
+"""The folders whose files a row is read from (beside the run folder's own files): the signature a
+cached row is valid for."""
+
+
 def cached_row(folder: Path) -> dict[str, Any]:
-    """run_row(folder), from this process's memory when the run had ended and no file of it changed."""
+    """run_row(folder), or the row kept for an ended run while none of the files it was read from
+    changed: from this process's memory, else from the run folder's row file (RunDir.row_cache), which
+    is written when an ended run's row is read.  A run resumed or restarted in the folder changes
+    run.json and its statuses, so its row is read again; a damaged row file is warned about once
+    (DamagedFileWarning) and rewritten."""
     key, signature = str(folder), _signature(folder)
     found = _ROWS.get(key)
     if found is not None and found[0] == signature:
         return dict(found[1])
-    row = run_row(folder)
+    row = _row_from_file(folder, signature)
+    if row is None:
+        row = run_row(folder)
+        if row.get("status") in TERMINAL:
+            _write_row(folder, signature, row)
     if row.get("status") in TERMINAL:
         _ROWS[key] = (signature, dict(row))
     return row
 
 
+def _row_from_file(folder: Path, signature: tuple[Any, ...]) -> dict[str, Any] | None:
+    """The row in the folder's row file if it was written for these very files (None: absent, for
+    other files, or damaged: warned about once)."""
+    from workbench.runfolder.records import read_object, warn_damaged
+
+    path = RunDir(folder).row_cache
+    if not path.exists():
+        return None
+    found = read_object(path)
+    if found is None:
+        return None  # damaged: read_object warned
+    row, kept, version = found.get("row"), found.get("signature"), found.get("version")
+    if type(version) is int and version != ROW_VERSION:
+        return None  # another version's layout: read afresh, rewritten
+    if version != ROW_VERSION or not isinstance(row, dict) or not isinstance(kept, list) or \
+            not all(isinstance(entry, list) for entry in kept):
+        warn_damaged(path, [(0, "not a run row (version, signature, row)")], once_key=(str(path), *_stat_of(path)))
+        return None
+    if tuple(tuple(entry) for entry in kept) != signature or row.get("status") not in TERMINAL:
+        return None  # written for other files: the run went on, or was resumed
+    return {**row, "folder": str(folder), "name": folder.name}  # the folder may have been moved or copied
+
+
+def _write_row(folder: Path, signature: tuple[Any, ...], row: dict[str, Any]) -> None:
+    """Keep an ended run's row in its folder (private, written atomically); a folder this user may
+    not write (another's run on a shared filesystem) keeps none."""
+    import contextlib
+
+    from workbench.runfolder.layout import write_json_atomic
+
+    with contextlib.suppress(OSError):
+        write_json_atomic(RunDir(folder).row_cache,
+                          {"version": ROW_VERSION, "signature": [list(e) for e in signature], "row": row})
+
+
 def _signature(folder: Path) -> tuple[Any, ...]:
-    """Name, size and change time of every file in the run folder and its folders one level down."""
+    """Name, size and change time of every file a row is read from: the run folder's own files (not
+    its hidden temp and lock files, nor the row file) and those of its READ_FROM folders."""
     out: list[tuple[str, str, int, int]] = []
-    tops: list[Path | os.DirEntry[str]] = [folder, *(p for p in _entries(folder) if p.is_dir(follow_symlinks=False))]
-    for top in tops:
-        out.extend((top.name, e.name, *_stat(e)) for e in _entries(top) if e.is_file(follow_symlinks=False))
+    for entry in _entries(folder):
+        if entry.name.startswith(".") or entry.name == ROW_FILE:
+            continue
+        if entry.is_file(follow_symlinks=False):
+            out.append(("", entry.name, *_stat(entry)))
+        elif entry.name in READ_FROM and entry.is_dir(follow_symlinks=False):
+            out.extend((entry.name, e.name, *_stat(e)) for e in _entries(entry) if e.is_file(follow_symlinks=False))
     return tuple(sorted(out))
+
+
+def _stat_of(path: Path) -> tuple[int, int]:
+    try:
+        st = path.stat()
+    except OSError:
+        return (0, 0)
+    return (st.st_mtime_ns, st.st_size)
 
 
 def _entries(folder: Path | os.DirEntry[str]) -> list[os.DirEntry[str]]:

@@ -24,6 +24,8 @@
     <run>/tensorboard/rank{R}/   TensorBoard event files (when log.tensorboard mirrors live)
     <run>/wandb/                 W&B's files (when log.wandb mirrors live)
     <run>/exports/               metrics as CSV or Parquet (Run.export_metrics)
+    <run>/row.json               the run's row in workbench.runs(), kept once the run ended, with the
+                                 sizes and times of the files it was read from (valid while they hold)
 
 Creating one (the name under run_root, the private tree, the config snapshot and run.json) lives
 here too, so the submitting side and ``python -m workbench.train`` under torchrun write the same.
@@ -182,6 +184,11 @@ class RunDir:
     def exports(self) -> Path:
         """Metrics exported as CSV or Parquet (Run.export_metrics, the dashboard's download)."""
         return self.root / "exports"
+
+    @property
+    def row_cache(self) -> Path:
+        """The run's row in workbench.runs(), written once the run ended (workbench.results.history)."""
+        return self.root / "row.json"
 
     def export(self, fmt: str) -> Path:
         """Where Run.export_metrics writes by default: exports/metrics.{fmt}."""
@@ -408,6 +415,66 @@ class ScalingBenchDir:
     @property
     def plot(self) -> Path:
         return self.root / "scaling.png"
+
+
+class SweepDir:
+    """The folder of one sweep (workbench.sweep), beside the run folders so that workbench.runs()
+    lists its trials (as benchmark_scaling nests its runs):
+
+        <run_root>/sweep-<name>-<stamp>/sweep.json      name, space, metric, direction, trials, executor, driver
+        <sweep>/config.yaml                             the base config
+        <sweep>/task.pkl                                the swept task factory or function (cloudpickle)
+        <sweep>/study.journal                           Optuna's journal (the study: trials, values, states)
+        <sweep>/trial-{N}/                              trial N's run (an ordinary run folder)
+    """
+
+    PREFIX = "sweep-"
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+
+    @classmethod
+    def new(cls, run_root: str | os.PathLike[str], name: str) -> SweepDir:
+        stamp = time.strftime("%Y%m%d-%H%M%S") + f"-{int(time.time() * 1000) % 1000:03d}"
+        return cls(Path(run_root).expanduser().resolve() / f"{cls.PREFIX}{name}-{stamp}")
+
+    def create(self) -> SweepDir:
+        make_dirs(self.root)
+        return self
+
+    @property
+    def meta(self) -> Path:
+        return self.root / "sweep.json"
+
+    @property
+    def config(self) -> Path:
+        return self.root / "config.yaml"
+
+    @property
+    def task_pickle(self) -> Path:
+        return self.root / "task.pkl"
+
+    @property
+    def journal(self) -> Path:
+        return self.root / "study.journal"
+
+    def trial(self, number: int) -> Path:
+        return self.root / f"trial-{number}"
+
+    def read_meta(self) -> dict[str, Any] | None:
+        return read_json(self.meta)
+
+    def update_meta(self, **fields: Any) -> dict[str, Any]:
+        meta = {**(self.read_meta() or {}), **fields}
+        write_json_atomic(self.meta, meta)
+        return meta
+
+
+def sweeps_under(run_root: str | os.PathLike[str]) -> list[SweepDir]:
+    """Every sweep folder under run_root, oldest first."""
+    base = Path(run_root).expanduser().resolve()
+    found = [p.parent for p in base.glob(f"{SweepDir.PREFIX}*/sweep.json")] if base.is_dir() else []
+    return [SweepDir(p) for p in sorted(found, key=lambda p: (p.stat().st_mtime, str(p)))]
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
