@@ -55,7 +55,7 @@ def test_a_factory_from_a_module_only_the_notebook_can_import_is_named(tmp_path,
     with pytest.raises(workbench.RunFailed, match="rank [01].*ModuleNotFoundError.*my_models"):
         run.result()
     shown = subprocess.run([*CLI, "show", str(run.folder)], capture_output=True, text=True, timeout=60)
-    assert shown.returncode == 1 and "ModuleNotFoundError" in shown.stderr
+    assert shown.returncode == 0 and "ModuleNotFoundError" in shown.stderr  # show did its job: exit 0
     assert "while unpickling the task factory" in shown.stderr  # the cause and the fix, not our frames
     assert_nothing_left(run.folder)
 

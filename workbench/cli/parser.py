@@ -39,10 +39,16 @@ LAUNCH_OPTIONS: dict[str, dict[str, Any]] = {
 }
 
 
+EXIT_CODES = ("exit status: 0 the command did what it was asked (`show` of a failed run too); 1 the job that "
+              "`run`, `launch`, `follow` or `bench-scaling` ran or followed failed; 2 a problem with your input "
+              "or environment, said in one `workbench:` line; 128+N stopped by signal N")
+
+
 def _parser() -> argparse.ArgumentParser:
     from workbench import __version__
 
-    parser = argparse.ArgumentParser(prog="workbench", description="Configure, run and inspect DDP jobs.")
+    parser = argparse.ArgumentParser(prog="workbench", description="Configure, run and inspect DDP jobs.",
+                                     epilog=EXIT_CODES)
     parser.add_argument("--version", action="version", version=f"workbench {__version__}")
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
 

@@ -8,11 +8,13 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import submitit
 import submitit.local.local
+import submitit.slurm.slurm
 from submitit.core.utils import FailedJobError, FailedSubmissionError
 
 from workbench.config.devices import parse_visible_devices, visible_gpu_count
@@ -95,9 +97,48 @@ def slurm_parameters(cfg: JobConfig, run: RunDir | None = None) -> dict[str, Any
 # --- SLURM's own words: a failing sbatch or scancel is one line carrying SLURM's message -----------
 
 
+class SlurmWatcher(submitit.slurm.slurm.SlurmInfoWatcher):
+    """submitit's sacct poller, except that a failing sacct (its controller or accounting database
+    does not answer) is kept as one line in SLURM's words (`failure`) instead of submitit's
+    "Bypassing sacct error" warning on every poll; a job whose state is then unknown raises it."""
+
+    failure: str | None = None
+
+    def update(self) -> None:
+        command = self._make_command()
+        if command is None:
+            return
+        self._num_calls += 1
+        try:
+            done = subprocess.run(command, capture_output=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            self.failure = f"sacct did not run: {exc}; run from a cluster login node or use launch.executor: local"
+        else:
+            if done.returncode:
+                said = (done.stderr or done.stdout).decode(errors="replace")
+                self.failure = slurm_failure("sacct", said, done.returncode)
+            else:
+                self.failure, self._output = None, done.stdout
+                self._info_dict.update(self.read_info(self._output))
+        self._last_status_check = time.time()
+        for job_id in self._registered - self._finished:
+            if self.is_done(job_id, mode="cache"):
+                self._finished.add(job_id)
+
+
 class SlurmJob(submitit.SlurmJob):
     """submitit's SlurmJob, whose cancel says what scancel said (one SubmitError line) instead of a
-    CalledProcessError after scancel's own stderr."""
+    CalledProcessError after scancel's own stderr, and whose state, when sacct fails, is that
+    failure in SLURM's words (one SubmitError line) instead of submitit's warnings and UNKNOWN."""
+
+    watcher = SlurmWatcher(delay_s=600)
+
+    def done(self, force_check: bool = False) -> bool:
+        if super().done(force_check):
+            return True
+        if self.watcher.failure is not None:
+            raise SubmitError(self.watcher.failure)
+        return False
 
     def cancel(self, check: bool = True) -> None:
         try:
@@ -135,7 +176,10 @@ def slurm_failure(command: str, message: str, returncode: int | None) -> str:
     said = "; ".join(line.strip() for line in message.strip().splitlines() if line.strip()) or "no message"
     status = f" (exit {returncode})" if returncode is not None else ""
     low = said.lower()
-    if "contact slurm controller" in low or "connection refused" in low or "connect failure" in low:
+    if command == "sacct" and ("database" in low or "connection refused" in low or "storage" in low):
+        fix = ("SLURM's accounting (slurmdbd) does not answer, so the job's state is unknown: check that "
+               "`sacct` works here, or ask your cluster's admins; the run folder still has what the ranks wrote")
+    elif "contact slurm controller" in low or "connection refused" in low or "connect failure" in low:
         fix = "the SLURM controller does not answer: check that `sinfo` works here, or ask your cluster's admins"
     elif command.startswith("scancel"):
         fix = "the job may have ended already (`squeue -j ID`, `sacct -j ID`)"

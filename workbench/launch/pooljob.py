@@ -75,10 +75,10 @@ def slurm_job_alive(pool: PoolDir, job_id: str) -> bool:
     seen = _SLURM_SEEN.get(job_id)
     if seen and time.monotonic() - seen[0] < 2.0:
         return seen[1]
-    import submitit
+    from workbench.launch.executors import SlurmJob  # sacct's failures without submitit's warnings
 
     try:
-        alive = not submitit.SlurmJob(folder=pool.logs, job_id=job_id).done()
+        alive = not SlurmJob(folder=pool.logs, job_id=job_id).done()
     except Exception:  # noqa: BLE001 - the scheduler does not answer: assume it may be alive
         alive = True
     _SLURM_SEEN[job_id] = (time.monotonic(), alive)
