@@ -34,19 +34,23 @@ _LAZY = {
     "runs": "workbench.results.history",
     "compare": "workbench.results.history",
     "config_diff": "workbench.results.history",
+    "sweep": "workbench.launch.sweep",
+    "sweeps": "workbench.sweeps",
 }
-_MODULES = ("presets", "analysis")
+_MODULES = ("presets", "analysis", "sweeps")
 
 __all__ = ["JobConfig", "ConfigError", "ConfigFileError", "RunFolderError", "RunFailed", "SubmitError",
            "DamagedFileWarning", "scaling_table", *_LAZY]
 
 if TYPE_CHECKING:
+    from workbench import sweeps
     from workbench.engine.script import log
     from workbench.engine.tasks import Task
     from workbench.launch.pool import Pool, pools
     from workbench.launch.run import Run
     from workbench.launch.scaling_bench import benchmark_scaling
     from workbench.launch.submit import submit, submit_fn, submit_script
+    from workbench.launch.sweep import sweep
     from workbench.results.history import compare, config_diff, runs
 
 

@@ -1,0 +1,187 @@
+"""A sweep's space: lists are grids, distributions are ranges, every grid point and every range's
+bounds are checked against the config before any trial starts, and the CLI's --grid/--search parse
+to the same space.  Pure logic (the Optuna parts that need no run: samplers and pruners by name)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import workbench
+from workbench.config import JobConfig
+from workbench.errors import ConfigError
+from workbench.launch import sweepspace as sp
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _cfg(tmp_path) -> JobConfig:
+    return JobConfig().replace(launch__run_root=str(tmp_path / "runs"))
+
+
+def test_a_grid_expands_to_every_combination_first_field_slowest():
+    space = sp.normalised({"train.lr": [1e-3, 1e-2], "dist.procs_per_node": [1, 2]})
+    assert sp.is_grid(space)
+    assert sp.grid_points(space) == [
+        {"train.lr": 1e-3, "dist.procs_per_node": 1}, {"train.lr": 1e-3, "dist.procs_per_node": 2},
+        {"train.lr": 1e-2, "dist.procs_per_node": 1}, {"train.lr": 1e-2, "dist.procs_per_node": 2}]
+
+
+def test_the_public_namespace_makes_distributions_and_lists_sweeps(tmp_path):
+    d = workbench.sweeps.loguniform(1e-4, 1e-2)
+    assert (d.kind, d.low, d.high) == ("loguniform", 1e-4, 1e-2)
+    assert workbench.sweeps.int_range(1, 4).corners() == [1, 4]
+    assert workbench.sweeps.choice("adamw", "sgd").corners() == ["adamw", "sgd"]
+    assert not sp.is_grid(sp.normalised({"train.lr": d, "train.seed": [0, 1]}))
+    listed = workbench.sweeps(tmp_path)  # the module is callable: workbench.sweeps() lists sweeps
+    assert list(listed.columns)[:2] == ["name", "folder"] and len(listed) == 0
+
+
+@pytest.mark.parametrize("make, args", [
+    (sp.loguniform, (0, 1)), (sp.loguniform, (1e-2, 1e-4)), (sp.uniform, (1, 1)), (sp.uniform, ("a", 2)),
+    (sp.int_range, (1.5, 4)), (sp.int_range, (4, 1)), (sp.choice, ()),
+])
+def test_a_bad_distribution_is_one_line_naming_it(make, args):
+    with pytest.raises(ConfigError) as err:
+        make(*args)
+    assert len(err.value.problems) == 1 and make.__name__ in str(err.value)
+
+
+@pytest.mark.parametrize("space, words", [
+    ({"train.lrr": [1e-3]}, ["train.lrr", "unknown key", "did you mean 'lr'"]),
+    ({"train.lr": [1e-3, "fast"]}, ["train.lr", "expected a number", "fast"]),
+    ({"dist.procs_per_node": [1, 1.5]}, ["dist.procs_per_node", "whole number"]),
+    ({"train.lr": sp.uniform(-1.0, 1.0)}, ["train.lr", "must be > 0"]),
+    ({"trainlr": [1]}, ["'trainlr' is not a field", "section.field"]),
+    ({"train.lr": 1e-3}, ["train.lr", "non-empty list", "loguniform"]),
+    ({"train.lr": []}, ["train.lr", "non-empty list"]),
+    ({"fn.steps": [1, 2]}, ["fn.steps", "pass fn="]),
+])
+def test_a_bad_space_is_one_config_error_line_naming_the_field(tmp_path, space, words):
+    with pytest.raises(ConfigError) as err:
+        sp.check_space(_cfg(tmp_path), sp.normalised(space))
+    assert len(err.value.problems) == 1, err.value.problems
+    for word in words:
+        assert word in str(err.value)
+
+
+def test_a_swept_function_argument_must_be_one_it_takes(tmp_path):
+    def train(steps, lr=0.1):
+        return steps, lr
+
+    sp.check_space(_cfg(tmp_path), sp.normalised({"fn.lr": [0.1, 0.2]}), fn=train)
+    with pytest.raises(ConfigError, match="takes no argument 'momentum'; its arguments are steps, lr"):
+        sp.check_space(_cfg(tmp_path), sp.normalised({"fn.momentum": [0.9]}), fn=train)
+    assert sp.fn_kwargs({"fn.lr": 0.2, "train.seed": 1}) == {"lr": 0.2}
+
+
+def test_applying_a_point_sets_nested_fields_and_leaves_the_rest(tmp_path):
+    cfg = _cfg(tmp_path)
+    out = sp.apply_params(cfg, {"train.lr": 3e-3, "task.options.hidden": 16, "fn.x": 1})
+    assert out.train.lr == 3e-3 and out.task.options == {"hidden": 16} and out.dist == cfg.dist
+
+
+def test_a_huge_grid_is_refused_before_it_is_built():
+    with pytest.raises(ConfigError, match="the grid has 100000000 points"):
+        sp.grid_points({f"train.f{i}": list(range(100)) for i in range(4)})
+
+
+@pytest.mark.parametrize("text, field, values", [
+    ("train.lr=1e-3,3e-3,1e-2", "train.lr", [1e-3, 3e-3, 1e-2]),
+    ("dist.procs_per_node=1,2", "dist.procs_per_node", [1, 2]),
+    ("train.optimizer=adamw, sgd", "train.optimizer", ["adamw", "sgd"]),
+])
+def test_the_grid_flag_parses_values_as_yaml(text, field, values):
+    assert sp.parse_assignment(text) == (field, values)
+
+
+def test_the_search_flag_parses_a_distribution():
+    field, dist = sp.parse_assignment("train.lr=loguniform(1e-4,1e-2)", "--search")
+    assert field == "train.lr" and dist == sp.loguniform(1e-4, 1e-2)
+    assert sp.parse_assignment("train.seed=int_range(0, 3)")[1] == sp.int_range(0, 3)
+
+
+@pytest.mark.parametrize("text, words", [
+    ("train.lr", ["--grid 'train.lr'", "FIELD=VALUE"]), ("=1,2", ["FIELD=VALUE"]), ("train.lr=", ["FIELD=VALUE"]),
+    ("train.lr=[1,", ["not valid YAML"]), ("train.lr=loguniform(1)", ["takes two numbers"]),
+])
+def test_a_bad_grid_flag_is_one_line(text, words):
+    with pytest.raises(ConfigError) as err:
+        sp.parse_assignment(text)
+    assert len(err.value.problems) == 1
+    for word in words:
+        assert word in str(err.value)
+
+
+def test_a_field_swept_twice_is_refused():
+    with pytest.raises(ConfigError, match="train.lr is swept twice"):
+        sp.parse_assignments(["train.lr=1,2"], ["train.lr=uniform(1,2)"])
+
+
+_SCALARS = st.one_of(
+    st.integers(-10**6, 10**6),
+    st.floats(allow_nan=False, allow_infinity=False, width=64).filter(lambda f: f != 0 or str(f) == "0.0"),
+    st.from_regex(r"[a-z][a-z_]{0,8}", fullmatch=True).filter(lambda s: s not in ("true", "false", "null", "yes",
+                                                                                   "no", "on", "off", "y", "n")),
+    st.booleans(),
+)
+
+
+@given(st.from_regex(r"[a-z]{1,6}\.[a-z_]{1,8}", fullmatch=True), st.lists(_SCALARS, min_size=1, max_size=6))
+def test_the_grid_flag_reads_back_any_values_written_as_the_flag(field, values):
+    text = f"{field}=" + ",".join(_written(v) for v in values)
+    assert sp.parse_assignment(text) == (field, values)
+
+
+def _written(value):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def test_a_space_round_trips_through_its_json(tmp_path):
+    space = sp.normalised({"train.lr": sp.loguniform(1e-4, 1e-2), "dist.procs_per_node": [1, 2],
+                           "train.seed": sp.int_range(0, 6, 2), "train.optimizer": sp.choice("adamw", "sgd")})
+    assert sp.space_from_json(sp.space_to_json(space)) == space
+
+
+def test_samplers_and_pruners_by_name_and_a_bad_name_is_one_line():
+    pytest.importorskip("optuna")
+    import optuna
+
+    from workbench.launch.sweep import make_pruner, make_sampler
+
+    grid = sp.normalised({"train.lr": [1e-3, 1e-2]})
+    assert isinstance(make_sampler(None, grid), optuna.samplers.GridSampler)
+    assert isinstance(make_sampler(None, sp.normalised({"train.lr": sp.uniform(0.1, 1)})),
+                      optuna.samplers.TPESampler)
+    assert isinstance(make_pruner("none"), optuna.pruners.NopPruner)
+    assert isinstance(make_pruner(None), optuna.pruners.MedianPruner)
+    custom = optuna.pruners.ThresholdPruner(upper=1.0)
+    assert make_pruner(custom) is custom
+    with pytest.raises(ConfigError, match="pruner: 'median2' is not one of median, percentile, hyperband, none"):
+        make_pruner("median2")
+    with pytest.raises(ConfigError, match="sampler: 'grid' needs every field given as a list"):
+        make_sampler("grid", sp.normalised({"train.lr": sp.uniform(0.1, 1)}))
+
+
+def test_a_bad_sweep_call_fails_before_anything_is_made(tmp_path):
+    pytest.importorskip("optuna")
+    cfg = _cfg(tmp_path)
+    with pytest.raises(ConfigError, match="trials: a space with a distribution needs trials=N"):
+        workbench.sweep(cfg, {"train.lr": sp.loguniform(1e-4, 1e-2)})
+    with pytest.raises(ConfigError, match="parallel: 0 must be a whole number >= 1"):
+        workbench.sweep(cfg, {"train.lr": [1e-3]}, parallel=0)
+    with pytest.raises(ConfigError, match="train.lrr: unknown key"):
+        workbench.sweep(cfg, {"train.lrr": [1e-3]})
+    assert not (tmp_path / "runs").exists()
+
+
+def test_without_optuna_the_sweep_names_the_extra(monkeypatch, tmp_path):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "optuna", None)  # import optuna raises ImportError
+    with pytest.raises(ConfigError) as err:
+        workbench.sweep(_cfg(tmp_path), {"train.lr": [1e-3]})
+    assert len(err.value.problems) == 1 and 'pip install "workbench[sweep]"' in str(err.value)

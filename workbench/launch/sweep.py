@@ -1,0 +1,428 @@
+"""Sweeps: search a config space with DDP trials, each an ordinary run, driven from the submitting
+process through Optuna's ask-and-tell interface (never inside the ranks).
+
+The driver loop (`Sweep._step`) asks Optuna for a trial, submits its run (fresh ranks locally or on
+SLURM, or a warm Pool's ranks), reads the run's metric as it streams into the run folder, reports
+each new value to Optuna (`trial.report`), cancels a run the pruner stops (marked pruned in its
+run.json) and tells Optuna each outcome.  The study lives in the sweep folder (Optuna's journal file),
+so `Sweep.load(folder)` resumes it in another process: trials still running are followed again,
+finished ones are not repeated, and trials whose run never started or died with the driver are
+queued again with the same values.
+
+Where trials run: locally, up to `parallel` at once and never more ranks at once than the machine
+takes (validate.LOCAL_RANKS_PER_CORE per core); through a Pool, one after another in its warm ranks;
+on SLURM, up to `parallel` jobs in the queue at once (one job per trial, the study here)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from workbench.config.sections import JobConfig
+from workbench.config.validate import LOCAL_RANKS_PER_CORE
+from workbench.errors import ConfigError, SubmitError
+from workbench.launch import sweepspace as sp
+from workbench.launch.run import Run
+from workbench.launch.sweepstudy import label, make_pruner, make_sampler, optuna_module, storage, write_work
+from workbench.launch.sweepviews import Active, metric_values, state_named
+from workbench.proctree import Proc
+from workbench.runfolder.layout import SweepDir, safe_name
+
+if TYPE_CHECKING:
+    import optuna
+    import pandas as pd
+
+    from workbench.launch.pool import Pool
+
+POLL_S = 0.25
+"""How often the driver reads the running trials' metrics."""
+
+
+@dataclass
+class Best:
+    """The best trial so far: its number, metric value, swept values, run and config."""
+
+    number: int
+    value: float
+    params: dict[str, Any]
+    run: Run
+
+    @property
+    def config(self) -> JobConfig:
+        return self.run.config
+
+
+def sweep(cfg: JobConfig, space: Mapping[str, Any], *, trials: int | None = None, parallel: int = 1,
+          metric: str = "val_loss", direction: str = "minimize", sampler: Any = None, pruner: Any = None,
+          pool: Pool | None = None, executor: str | None = None, name: str | None = None,
+          task: Callable[..., Any] | None = None, fn: Callable[..., Any] | None = None, fn_args: tuple[Any, ...] = (),
+          background: bool = True, stop_with_caller: bool = False,
+          on_event: Callable[[str], None] | None = None) -> Sweep:
+    """Search `space` ({field: [values]} for a grid, {field: workbench.sweeps.loguniform(a, b)} for a
+    sampled range) with one run per trial and return the Sweep at once (its driver runs in a thread;
+    `background=False`: the caller drives it with `wait()`).  `metric` is an eval metric (val_loss,
+    val_<name>) or a logged one (loss), reported to the pruner at each eval or logged step.  `task`
+    sweeps a task factory (fields task.options.*), `fn` a function run by submit_fn (fields fn.*)."""
+    optuna = optuna_module()
+    space = sp.normalised(space)
+    cfg = cfg.replace(launch__executor=executor) if executor else cfg
+    _check_arguments(trials, parallel, direction, space)
+    sp.check_space(cfg, space, fn)
+    points = sp.grid_points(space) if sp.is_grid(space) else []  # type: ignore[arg-type]
+    first = sp.apply_params(cfg, points[0] if points else {f: _corner(v) for f, v in space.items()})
+    _check_target(first, pool, space, cfg)
+    folder = SweepDir.new(cfg.launch.run_root, safe_name(name or cfg.launch.name or cfg.task.name)).create()
+    cfg.to_yaml(folder.config)
+    write_work(folder, task, fn, fn_args)
+    folder.update_meta(name=folder.root.name, space=sp.space_to_json(space), metric=metric, direction=direction,
+                       trials=trials or len(points), parallel=parallel,
+                       executor="pool" if pool else cfg.launch.executor,
+                       sampler=label(sampler, "grid" if points else "tpe"), pruner=label(pruner, "median"),
+                       created=time.time())
+    study = optuna.create_study(storage=storage(folder), study_name="sweep", direction=direction,
+                                sampler=make_sampler(sampler, space), pruner=make_pruner(pruner))
+    return Sweep(folder, study, space, cfg, trials=trials or len(points), parallel=parallel, metric=metric,
+                 task=task, fn=fn, fn_args=fn_args, pool=pool, stop_with_caller=stop_with_caller,
+                 on_event=on_event).start(background)
+
+
+def _check_arguments(trials: int | None, parallel: int, direction: str, space: Mapping[str, Any]) -> None:
+    problems = []
+    if trials is not None and (not isinstance(trials, int) or isinstance(trials, bool) or trials < 1):
+        problems.append(f"trials: {trials!r} must be a whole number >= 1")
+    if trials is None and not sp.is_grid(space):
+        problems.append("trials: a space with a distribution needs trials=N (how many runs to sample)")
+    if not isinstance(parallel, int) or isinstance(parallel, bool) or parallel < 1:
+        problems.append(f"parallel: {parallel!r} must be a whole number >= 1 (trials running at once)")
+    if direction not in ("minimize", "maximize"):
+        problems.append(f"direction: {direction!r} must be 'minimize' or 'maximize'")
+    if problems:
+        raise ConfigError(problems)
+
+
+def _corner(values: list[Any] | sp.Distribution) -> Any:
+    return values[0] if isinstance(values, list) else values.corners()[0]
+
+
+def _check_target(first: JobConfig, pool: Pool | None, space: Mapping[str, Any], cfg: JobConfig) -> None:
+    """What only the target can tell (an importable task, SLURM's partitions, a pool's world size),
+    checked once, and for a pool every world size the space can ask."""
+    from workbench.launch.submit import check_before_submit
+
+    check_before_submit(first)
+    if pool is not None:
+        lists = {f: v if isinstance(v, list) else v.corners() for f, v in space.items() if f.startswith("dist.")}
+        for point in sp.grid_points(lists) if lists else [{}]:
+            pool.check(sp.apply_params(cfg, point))
+
+
+class Sweep:
+    """A sweep: its trials (one run each), the study and the driver that runs them.  `frame()` has
+    one row per trial; `best`, `runs`, `plot()`, `wait()`, `cancel()`, `folder`."""
+
+    def __init__(self, folder: SweepDir, study: optuna.Study, space: dict[str, Any], cfg: JobConfig, *,
+                 trials: int, parallel: int, metric: str, task: Any = None, fn: Any = None,
+                 fn_args: tuple[Any, ...] = (), pool: Pool | None = None, stop_with_caller: bool = False,
+                 on_event: Callable[[str], None] | None = None):
+        self.dir, self.study, self.space, self.cfg = folder, study, space, cfg
+        self.trials, self.parallel, self.metric = trials, parallel, metric
+        self.task, self.fn, self.fn_args, self.pool = task, fn, fn_args, pool
+        self.stop_with_caller, self.on_event = stop_with_caller, on_event
+        self.events: list[str] = []
+        """One line per trial event (started, pruned, finished, failed), as the CLI prints them."""
+        self.active: dict[int, Active] = {}
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+        self.cancelled = False
+
+    def __repr__(self) -> str:
+        return f"Sweep({str(self.folder)!r}, {self.count_done()}/{self.trials} trials done)"
+
+    @property
+    def folder(self) -> Path:
+        return self.dir.root
+
+    @property
+    def name(self) -> str:
+        return self.dir.root.name
+
+    # --- the driver ------------------------------------------------------------------------------
+    def start(self, background: bool = True) -> Sweep:
+        """Record this process as the driver; with `background`, drive in a thread from now on."""
+        me = Proc.of(os.getpid())
+        self.dir.update_meta(driver=me.to_dict() if me else None)
+        if background:
+            self._thread = threading.Thread(target=self._drive, name=f"sweep {self.name}", daemon=True)
+            self._thread.start()
+        return self
+
+    def _drive(self) -> None:
+        try:
+            while not self._stop.is_set() and not self.done:
+                self._step()
+                self._stop.wait(POLL_S)
+            self._mark_finished()
+        except BaseException as exc:  # noqa: BLE001 - kept for wait() to raise in the caller
+            self.error = exc
+
+    def _step(self) -> None:
+        with self._lock:
+            for number in list(self.active):
+                self._poll(number)
+            while not self._stop.is_set() and self._can_start():
+                self._start_trial()
+
+    @property
+    def done(self) -> bool:
+        """Every trial has an outcome (or the sweep was cancelled)."""
+        return self.cancelled or (not self.active and not self._can_ask())
+
+    def wait(self, timeout: float | None = None, on_poll: Callable[[Sweep], None] | None = None) -> Sweep:
+        """Block until every trial has an outcome (drives the sweep here if no thread does)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.done and self.error is None:
+            if self._thread is None:
+                self._step()
+            if on_poll is not None:
+                on_poll(self)
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"sweep {self.folder}: {self.count_done()}/{self.trials} trials done after "
+                                   f"{timeout} s")
+            if self._thread is not None and not self._thread.is_alive():
+                break
+            self._stop.wait(POLL_S)
+        if self.error is not None:
+            raise self.error
+        self._mark_finished()
+        return self
+
+    def _mark_finished(self) -> None:
+        if self.done and not self.cancelled and not (self.dir.read_meta() or {}).get("finished"):
+            self.dir.update_meta(finished=time.time())
+            best = self.best
+            self._say(f"sweep {self.name} done: {self.count_done()} trials" +
+                      (f"; best trial {best.number}: {self.metric} {best.value:.4g} ({_shown(best.params)})"
+                       if best else ""))
+
+    def cancel(self) -> None:
+        """Stop the sweep: every running trial's run is cancelled (no process left), none starts."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        with self._lock:
+            for number, active in list(self.active.items()):
+                active.run.cancel(by=f"sweep {self.name} cancelled")
+                self._tell(number, active, "FAIL", outcome="cancelled")
+            self.cancelled = True
+        self.dir.update_meta(cancelled=time.time())
+        self._say(f"sweep {self.name} cancelled: every trial's run stopped")
+
+    # --- trials ----------------------------------------------------------------------------------
+    def _trials(self) -> list[Any]:
+        return self.study.get_trials(deepcopy=False)
+
+    def count_done(self) -> int:
+        return sum(1 for t in self._trials() if t.state.is_finished() and not t.user_attrs.get("requeued"))
+
+    def _can_ask(self) -> bool:
+        from optuna.trial import TrialState
+
+        found = self._trials()
+        counted = [t for t in found if not t.user_attrs.get("requeued")]
+        if any(t.state == TrialState.WAITING for t in found):
+            return True
+        return len(counted) < self.trials and not self.cancelled
+
+    def _can_start(self) -> bool:
+        if not self._can_ask():
+            return False
+        if self.pool is not None:
+            return not self.active  # one after another in the warm ranks
+        if len(self.active) >= self.parallel:
+            return False
+        if self.cfg.launch.executor != "local" or not self.active:
+            return True
+        busy = sum(a.run.world_size for a in self.active.values())
+        return busy + self._largest_world() <= LOCAL_RANKS_PER_CORE * _cores()
+
+    def _largest_world(self) -> int:
+        lists = {f: v if isinstance(v, list) else v.corners() for f, v in self.space.items() if f.startswith("dist.")}
+        return max(sp.apply_params(self.cfg, p).world_size for p in (sp.grid_points(lists) if lists else [{}]))
+
+    def _start_trial(self) -> None:
+        trial = self.study.ask()
+        params = {f: _suggest(trial, f, v) for f, v in self.space.items()}
+        run_dir = self.dir.trial(trial.number)
+        trial.set_user_attr("run_dir", str(run_dir))
+        submitted = time.time()
+        try:
+            run = self._submit(sp.apply_params(self.cfg, params), params, run_dir)
+        except (ConfigError, SubmitError) as exc:
+            trial.set_user_attr("outcome", "failed")
+            trial.set_user_attr("error", str(exc))
+            self.study.tell(trial, state=state_named("FAIL"))
+            self._say(f"trial {trial.number} could not start: {exc}")
+            return
+        trial.set_user_attr("submitted", submitted)
+        self.active[trial.number] = Active(trial, run, submitted)
+        self._say(f"trial {trial.number} started ({_shown(params)}): {run.folder}")
+
+    def _submit(self, cfg: JobConfig, params: dict[str, Any], run_dir: Path) -> Run:
+        from workbench.launch.submit import submit, submit_fn
+
+        kwargs = sp.fn_kwargs(params)
+        if self.pool is not None:
+            if self.fn is not None:
+                return self.pool.submit_fn(self.fn, *self.fn_args, cfg=cfg, run_dir=run_dir, **kwargs)
+            return self.pool.submit(cfg, task=self.task, run_dir=run_dir)
+        if self.fn is not None:
+            return submit_fn(self.fn, *self.fn_args, cfg=cfg, run_dir=run_dir, **kwargs)
+        return submit(cfg, task=self.task, run_dir=run_dir, stop_with_caller=self.stop_with_caller)
+
+    def _poll(self, number: int) -> None:
+        """Report the trial's new metric values; prune it, or tell its outcome once its run ended."""
+        active = self.active[number]
+        ended = active.run.job_done()
+        status = active.run.status(ended)
+        trial = active.trial
+        new = [(s, v) for s, v in metric_values(active.run, self.metric) if s > active.reported]
+        for step, value in new:
+            trial.report(value, step)
+            active.reported, active.last = step, value
+        if not status.done and new and trial.should_prune():
+            self._prune(number, active)
+        elif status.done and ended:
+            self._finish(number, active, status.state)
+
+    def _prune(self, number: int, active: Active) -> None:
+        run = active.run
+        run.dir.update_meta(pruned={"step": active.reported, "value": active.last, "time": time.time(),
+                                    "sweep": str(self.folder)})
+        run.cancel(by=f"sweep {self.name}: pruned at step {active.reported}")
+        self._tell(number, active, "PRUNED", outcome="pruned")
+        self._say(f"trial {number} pruned at step {active.reported} ({self.metric} {active.last:.4g})")
+
+    def _finish(self, number: int, active: Active, state: str) -> None:
+        if state == "finished" and active.last is not None:
+            self._tell(number, active, "COMPLETE", value=active.last, outcome="finished")
+            best = self.study.best_trial
+            self._say(f"trial {number} finished: {self.metric} {active.last:.4g} (best: trial {best.number}, "
+                      f"{best.value:.4g})")
+            return
+        if state == "finished":
+            why = f"it never logged {self.metric}; set metric= to one it logs (loss, val_loss, ...)"
+            self._tell(number, active, "FAIL", outcome="failed", error=why)
+        else:
+            failure = active.run.exception() if state == "failed" else None
+            why = f"{failure.type}: {failure.message}" if failure is not None else state
+            self._tell(number, active, "FAIL", outcome=state, error=why)
+        self._say(f"trial {number} {state}: {why}")
+
+    def _tell(self, number: int, active: Active, state: str, value: float | None = None, **attrs: Any) -> None:
+        run = active.run
+        status = run.status()
+        facts = {"steps": status.step, "seconds": time.time() - active.submitted,
+                 "samples_per_step": run.samples_per_step(), **attrs}
+        start = (run.event_summary().start or {}).get("time")
+        if isinstance(start, (int, float)):
+            facts["start_latency_s"] = float(start) - active.submitted
+        for key, item in facts.items():
+            active.trial.set_user_attr(key, item)
+        self.study.tell(active.trial, value, state=state_named(state), skip_if_finished=True)
+        self.active.pop(number, None)
+
+    def _say(self, line: str) -> None:
+        self.events.append(line)
+        if self.on_event is not None:
+            self.on_event(line)
+
+    # --- views -----------------------------------------------------------------------------------
+    def frame(self) -> pd.DataFrame:
+        """One row per trial: number, state, the swept fields, the metric's best and last value,
+        steps, seconds, start latency and the run folder."""
+        from workbench.launch.sweepviews import trial_frame
+
+        return trial_frame(self)
+
+    @property
+    def runs(self) -> list[Run]:
+        """Every trial's run, in trial order."""
+        found = [Path(t.user_attrs["run_dir"]) for t in self._trials() if t.user_attrs.get("run_dir")]
+        return [Run.load(p) for p in found if p.is_dir()]
+
+    @property
+    def best(self) -> Best | None:
+        """The best finished trial (its run and config), or None before one finished."""
+        from optuna.trial import TrialState
+
+        done = [t for t in self._trials() if t.state == TrialState.COMPLETE]
+        if not done:
+            return None
+        best = self.study.best_trial
+        return Best(best.number, float(best.value or 0.0), dict(best.params), Run.load(best.user_attrs["run_dir"]))
+
+    def plot(self, **options: Any) -> Any:
+        """The metric against each swept field, and every trial's curve by samples seen (pruned ones
+        faint): a matplotlib Figure."""
+        from workbench.results.sweepplot import plot_sweep
+
+        return plot_sweep(self.frame(), self.curves(), self.metric, self.space, **options)
+
+    def curves(self) -> dict[int, list[tuple[float, float]]]:
+        """Trial number -> (samples seen, metric) of every reported value."""
+        out = {}
+        for t in self._trials():
+            per = t.user_attrs.get("samples_per_step") or 1
+            out[t.number] = [(step * per, value) for step, value in sorted(t.intermediate_values.items())]
+        return out
+
+    def view(self) -> Any:
+        """The live notebook view: table, plot, cancel (workbench.ui.sweepview)."""
+        from workbench.ui.sweepview import SweepView
+
+        return SweepView(self)
+
+    # --- resume ----------------------------------------------------------------------------------
+    @classmethod
+    def load(cls, folder: str | Path, *, resume: bool = True, pool: Pool | None = None, sampler: Any = None,
+             pruner: Any = None, background: bool = True, stop_with_caller: bool = False,
+             on_event: Callable[[str], None] | None = None) -> Sweep:
+        """Reopen a sweep folder (after a kernel restart, or from another process).  With `resume`,
+        trials whose runs still run are followed again, those whose run never started or died with
+        the old driver are queued again with the same values, and the sweep goes on to its number of
+        trials; finished and pruned trials are not repeated."""
+        from workbench.launch.sweepviews import open_sweep, reattach
+
+        sweep = open_sweep(cls, SweepDir(Path(folder)), pool, sampler, pruner, stop_with_caller, on_event)
+        if not resume:
+            return sweep
+        reattach(sweep)
+        return sweep.start(background)
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def _suggest(trial: Any, name: str, values: list[Any] | sp.Distribution) -> Any:
+    if isinstance(values, list):
+        return trial.suggest_categorical(name, values)
+    if values.kind == "choice":
+        return trial.suggest_categorical(name, list(values.choices))
+    if values.kind == "int":
+        return trial.suggest_int(name, int(values.low), int(values.high), step=values.step)
+    return trial.suggest_float(name, values.low, values.high, log=values.kind == "loguniform")
+
+
+def _shown(params: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items())

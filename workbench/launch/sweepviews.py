@@ -1,0 +1,188 @@
+"""A sweep read back: its trial table, reopening its folder (Sweep.load), following its trials again
+after the driver was gone, and its row in workbench.sweeps()."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from workbench.config.sections import JobConfig
+from workbench.errors import RunFolderError, SubmitError
+from workbench.launch import sweepspace as sp
+from workbench.launch.run import Run
+from workbench.proctree import Proc
+from workbench.runfolder.layout import SweepDir, sweeps_under
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from workbench.launch.sweep import Sweep
+
+@dataclass
+class Active:
+    trial: Any
+    """The optuna.trial.Trial (its reports go to the study's storage)."""
+    run: Run
+    submitted: float
+    reported: int = -1
+    last: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def state_named(name: str) -> Any:
+    from optuna.trial import TrialState
+
+    return TrialState[name]
+
+
+LABELS = {"COMPLETE": "finished", "PRUNED": "pruned", "WAITING": "queued", "RUNNING": "running", "FAIL": "failed"}
+
+
+def trial_frame(sweep: Sweep) -> pd.DataFrame:
+    """One row per trial: number, state, the swept fields, <metric>_best, <metric>_last, steps,
+    seconds, start_latency_s, run (its folder)."""
+    import pandas as pd
+
+    metric, fields = sweep.metric, list(sweep.space)
+    columns = ["number", "state", *fields, f"{metric}_best", f"{metric}_last", "steps", "seconds",
+               "start_latency_s", "run"]
+    rows = [_row(sweep, t, metric) for t in sweep.study.get_trials(deepcopy=False)]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _row(sweep: Sweep, t: Any, metric: str) -> dict[str, Any]:
+    attrs, values = t.user_attrs, dict(t.intermediate_values)
+    if t.value is not None:
+        values = values or {0: t.value}
+    series = [v for _, v in sorted(values.items())]
+    pick = min if sweep.study.direction.name == "MINIMIZE" else max
+    row = {"number": t.number, "state": attrs.get("outcome") or LABELS.get(t.state.name, t.state.name.lower()),
+           **t.params, f"{metric}_best": pick(series) if series else None,
+           f"{metric}_last": t.value if t.value is not None else (series[-1] if series else None),
+           "steps": attrs.get("steps"), "seconds": attrs.get("seconds"),
+           "start_latency_s": attrs.get("start_latency_s"), "run": attrs.get("run_dir")}
+    if attrs.get("requeued"):
+        row["state"] = "requeued"
+    active = sweep.active.get(t.number)
+    if active is not None and t.state.name == "RUNNING":
+        status = active.run.status()
+        row.update(state=status.state, steps=status.step, seconds=time.time() - active.submitted)
+    return row
+
+
+def open_sweep(cls: type[Sweep], folder: SweepDir, pool: Any, sampler: Any, pruner: Any, stop_with_caller: bool,
+               on_event: Any) -> Sweep:
+    from workbench.launch.sweepstudy import SAMPLERS, make_pruner, make_sampler, optuna_module, read_work, storage
+
+    meta = folder.read_meta() if folder.root.is_dir() else None
+    if meta is None or "space" not in meta:
+        why = "no such folder" if not folder.root.is_dir() else "no sweep.json"
+        raise RunFolderError(f"{folder.root}: not a sweep folder ({why}); give the folder workbench.sweep printed, "
+                             "e.g. runs/sweep-quickstart-20250101-120000-000 (workbench.sweeps() lists them)")
+    optuna = optuna_module()
+    space = sp.space_from_json(meta["space"])
+    named = meta.get("sampler") if meta.get("sampler") in SAMPLERS else None
+    pruned = meta.get("pruner") if meta.get("pruner") in ("median", "percentile", "hyperband", "none") else None
+    study = optuna.load_study(study_name="sweep", storage=storage(folder),
+                              sampler=make_sampler(sampler or named, space), pruner=make_pruner(pruner or pruned))
+    work = read_work(folder)
+    return cls(folder, study, space, JobConfig.from_yaml(folder.config), trials=int(meta["trials"]),
+               parallel=int(meta.get("parallel") or 1), metric=str(meta["metric"]), task=work.get("task"),
+               fn=work.get("fn"), fn_args=tuple(work.get("fn_args") or ()), pool=pool,
+               stop_with_caller=stop_with_caller, on_event=on_event)
+
+
+def driving(meta: dict[str, Any]) -> bool:
+    """Whether a live process drives the sweep (its driver is alive and the sweep is not over)."""
+    driver = Proc.from_dict(meta.get("driver"))
+    return bool(driver and driver.alive() and not meta.get("finished") and not meta.get("cancelled"))
+
+
+def reattach(sweep: Sweep) -> None:
+    """Take the sweep over from a driver that is gone: follow the runs of trials still running (or
+    that finished meanwhile); queue again, with the same values, trials whose run never started or
+    ended with the old driver."""
+    import optuna
+
+    meta = sweep.dir.read_meta() or {}
+    if driving(meta):
+        raise SubmitError(f"sweep {sweep.folder} is driven by pid {meta['driver']['pid']}, still running; follow it "
+                          "with Sweep.load(folder, resume=False), or cancel it there")
+    sweep.dir.update_meta(finished=None, cancelled=None)
+    for t in sweep.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        trial = optuna.trial.Trial(sweep.study, t._trial_id)
+        run_dir = t.user_attrs.get("run_dir")
+        run = _loaded(run_dir)
+        state = run.status().state if run is not None else "never started"
+        if run is not None and state not in ("failed", "cancelled"):
+            last = max(t.intermediate_values, default=-1)
+            sweep.active[t.number] = Active(trial, run, float(t.user_attrs.get("submitted") or time.time()),
+                                             reported=last, last=t.intermediate_values.get(last))
+            sweep._say(f"trial {t.number} followed again ({state}): {run_dir}")
+            continue
+        trial.set_user_attr("requeued", True)
+        trial.set_user_attr("outcome", "requeued")
+        sweep.study.tell(trial, state=state_named("FAIL"))
+        sweep.study.enqueue_trial(dict(t.params), skip_if_exists=False)
+        sweep._say(f"trial {t.number} queued again: its run {state} with the old driver")
+
+
+def _loaded(run_dir: str | None) -> Run | None:
+    if not run_dir:
+        return None
+    try:
+        return Run.load(run_dir)
+    except RunFolderError:
+        return None
+
+
+def sweep_row(folder: SweepDir) -> dict[str, Any]:
+    meta = folder.read_meta() or {}
+    row: dict[str, Any] = {"name": folder.root.name, "folder": str(folder.root), "created": meta.get("created"),
+                           "metric": meta.get("metric"), "direction": meta.get("direction"),
+                           "trials": meta.get("trials"), "driving": driving(meta), "executor": meta.get("executor")}
+    try:
+        import optuna
+
+        from workbench.launch.sweepstudy import optuna_module, storage
+
+        optuna_module()
+        study = optuna.load_study(study_name="sweep", storage=storage(folder))
+        found = study.get_trials(deepcopy=False)
+    except Exception:  # noqa: BLE001 - one unreadable sweep must not hide the others
+        return row
+    done = [t for t in found if t.state.is_finished() and not t.user_attrs.get("requeued")]
+    complete = [t for t in found if t.state.name == "COMPLETE"]
+    row["done"] = len(done)
+    if complete:
+        best = study.best_trial
+        row.update(best=best.value, best_trial=best.number)
+    return row
+
+
+def metric_values(run: Run, metric: str) -> list[tuple[int, float]]:
+    """(step, value) of `metric` in the run so far: an eval metric from its eval events, a logged one
+    reduced across ranks (`<metric>_reduced` where the ranks reduce it) from its metrics records."""
+    frame = run.evals() if metric.startswith("val_") else run.metrics()
+    if not len(frame) or metric not in frame or "step" not in frame:
+        return []
+    column = f"{metric}_reduced" if f"{metric}_reduced" in frame else metric
+    rows = frame[["step", column]].dropna()
+    if "rank" in frame and column == metric and metric != "step":
+        rows = frame.loc[frame["rank"] == 0, ["step", column]].dropna()
+    per_step = rows.groupby("step")[column].last()
+    return [(int(s), float(v)) for s, v in per_step.items()]
+
+
+def sweeps(root: str | os.PathLike[str] | None = None) -> pd.DataFrame:
+    """One row per sweep folder under `root` (default: WORKBENCH_RUN_ROOT or runs/): name, folder,
+    created, metric, direction, trials done of planned, best value and trial, driver alive."""
+    import pandas as pd
+
+    from workbench.results.history import default_root
+
+    rows = [sweep_row(d) for d in sweeps_under(root if root is not None else default_root())]
+    return pd.DataFrame(rows, columns=["name", "folder", "created", "metric", "direction", "done", "trials",
+                                       "best", "best_trial", "driving", "executor"])
