@@ -383,12 +383,6 @@ class Sweep:
             out[t.number] = [(step * per, value) for step, value in sorted(t.intermediate_values.items())]
         return out
 
-    def view(self) -> Any:
-        """The live notebook view: table, plot, cancel (workbench.ui.sweepview)."""
-        from workbench.ui.sweepview import SweepView
-
-        return SweepView(self)
-
     # --- resume ----------------------------------------------------------------------------------
     @classmethod
     def load(cls, folder: str | Path, *, resume: bool = True, pool: Pool | None = None, sampler: Any = None,

@@ -23,6 +23,7 @@ from workbench.ui.form import ConfigForm
 from workbench.ui.plotview import MetricsPlot
 from workbench.ui.runs_view import RunsView
 from workbench.ui.scaling_view import ScalingView
+from workbench.ui.sweepview import SweepView
 from workbench.ui.workbench_app import Workbench
 
-__all__ = ["ConfigForm", "ScalingView", "Dashboard", "MetricsPlot", "RunsView", "Workbench"]
+__all__ = ["ConfigForm", "ScalingView", "Dashboard", "MetricsPlot", "RunsView", "SweepView", "Workbench"]

@@ -1,0 +1,172 @@
+"""Sweeps, for real: a grid of 2-rank and 1-rank runs two at a time, a diverging trial pruned (its
+run cancelled, its processes gone), a sweep whose driver is killed resumed by Sweep.load without
+repeating a finished trial, a sweep through a warm pool, and `workbench sweep` from a terminal
+(to the end, and Ctrl-C cancelling every trial)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import workbench
+from tests.support import REPO
+from tests.support.lifecycle import CLI, ENDLESS, assert_nothing_left, cfg, wait_until
+from workbench.launch.run import Run
+from workbench.runfolder.layout import RunDir, SweepDir
+
+optuna = pytest.importorskip("optuna")
+pytestmark = [pytest.mark.ddp, pytest.mark.timeout(300)]
+
+
+def _cfg(tmp_path: Path, procs: int = 1, **train):
+    return cfg(tmp_path, **{"max_steps": 12, "eval_every_steps": 6, "checkpoint_every_steps": None,
+                            "dist": {"procs_per_node": procs}, **train})
+
+
+def _nothing_left(sweep) -> None:
+    for run in sweep.runs:
+        assert_nothing_left(run.folder)
+
+
+def test_a_grid_runs_two_at_a_time_and_its_frame_has_one_row_per_point(tmp_path):
+    space = {"train.lr": [1e-3, 1e-2], "dist.procs_per_node": [1, 2]}
+    sweep = workbench.sweep(_cfg(tmp_path), space, parallel=2, pruner="none").wait(timeout=240)
+    frame = sweep.frame().sort_values("number")
+    assert len(frame) == 4 and set(frame["state"]) == {"finished"}, frame
+    assert sorted(zip(frame["train.lr"], frame["dist.procs_per_node"])) == [(1e-3, 1), (1e-3, 2), (1e-2, 1),
+                                                                            (1e-2, 2)]
+    assert (frame["steps"] == 12).all() and frame["val_loss_best"].notna().all() and frame["seconds"].gt(0).all()
+    assert (frame["val_loss_best"] <= frame["val_loss_last"]).all()
+    for _, row in frame.iterrows():  # each trial is an ordinary run with its swept config
+        run = Run.load(row["run"])
+        assert run.status().state == "finished" and Path(row["run"]).parent == sweep.folder
+        assert run.config.train.lr == row["train.lr"] and run.world_size == row["dist.procs_per_node"]
+    best = sweep.best
+    assert best is not None and best.value == frame["val_loss_last"].min() and best.config.train.lr == best.params[
+        "train.lr"]
+    listed = workbench.runs(tmp_path / "runs")
+    assert set(frame["run"]) <= set(listed["folder"])
+    sweeps = workbench.sweeps(tmp_path / "runs")
+    assert sweeps["done"].tolist() == [4] and sweeps["driving"].tolist() == [False]
+    assert any("finished" in line for line in sweep.events)
+    fig = sweep.plot()
+    assert len(fig.axes) == 3
+    _nothing_left(sweep)
+
+
+def test_a_diverging_trial_is_pruned_its_run_cancelled_and_its_processes_gone(tmp_path):
+    """lr 1e4 blows the loss up within a few steps; the run would train for ever (ENDLESS): only the
+    pruner ends it."""
+    pruner = optuna.pruners.ThresholdPruner(upper=5.0)
+    c = _cfg(tmp_path, procs=2, **ENDLESS, eval_every_steps=None)
+    sweep = workbench.sweep(c, {"train.lr": [1e4]}, metric="loss", pruner=pruner).wait(timeout=240)
+    row = sweep.frame().iloc[0]
+    assert row["state"] == "pruned", row
+    run = Run.load(row["run"])
+    assert run.status().state == "cancelled" and run.meta["pruned"]["step"] >= 1
+    value = run.meta["pruned"]["value"]
+    assert value is None or value != value or value > 5.0  # NaN (or dropped as not a number), or blown up
+    assert "pruned" in run.meta["cancelled_by"]
+    trial = sweep.study.get_trials()[0]
+    assert trial.state == optuna.trial.TrialState.PRUNED
+    assert any("pruned at step" in line for line in sweep.events)
+    assert_nothing_left(run.folder)
+
+
+DRIVER = """
+import sys, workbench
+from workbench.config import JobConfig
+cfg = JobConfig.from_yaml(sys.argv[1])
+sweep = workbench.sweep(cfg, {"train.lr": [1e-3, 2e-3, 3e-3]}, pruner="none", name="killed", background=False)
+print(sweep.folder, flush=True)
+sweep.wait()
+"""
+
+
+def test_a_sweep_whose_driver_was_killed_goes_on_with_sweep_load_without_repeating_a_trial(tmp_path):
+    config = tmp_path / "base.yaml"
+    _cfg(tmp_path, max_steps=30, eval_every_steps=10).to_yaml(config)
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, str(config)], cwd=REPO, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        folder = SweepDir(Path(driver.stdout.readline().strip()))
+        second = RunDir(folder.trial(1)).meta
+        wait_until(second.exists, 180, "the driver started trial 1")  # trial 0 ended: parallel=1
+    finally:
+        driver.kill()
+        driver.wait()
+    first = Run.load(folder.trial(0))
+    assert first.status().state == "finished"
+    first_summary = first.dir.summary.stat().st_mtime_ns
+    sweep = workbench.sweeps.Sweep.load(folder.root).wait(timeout=240)
+    frame = sweep.frame()
+    done = frame[frame["state"] == "finished"]
+    assert sorted(done["train.lr"]) == [1e-3, 2e-3, 3e-3], frame  # every point once, trial 0 not again
+    assert len(frame) == 3 or set(frame["state"]) <= {"finished", "requeued"}, frame
+    assert first.dir.summary.stat().st_mtime_ns == first_summary
+    assert any("followed again" in line or "queued again" in line for line in sweep.events)
+    _nothing_left(sweep)
+
+
+def test_a_sweep_through_a_warm_pool_runs_each_trial_in_its_ranks(tmp_path):
+    c = _cfg(tmp_path, procs=2, max_steps=8, eval_every_steps=4)
+    with workbench.Pool(c, idle_timeout_s=300) as pool:
+        pool.wait_ready(180)
+        sweep = workbench.sweep(c, {"train.lr": [1e-3, 3e-3, 1e-2]}, pool=pool, pruner="none").wait(timeout=240)
+        frame = sweep.frame()
+        assert set(frame["state"]) == {"finished"} and len(frame) == 3, frame
+        for run in sweep.runs:
+            assert run.meta["pool"]["name"] == pool.name
+        latency = frame["start_latency_s"]
+        assert latency.notna().all()
+        print(f"\n[sweep] pool trial start latency (s): {[round(x, 3) for x in latency]}", flush=True)
+    assert_nothing_left(pool.dir.root)
+
+
+def test_workbench_sweep_runs_a_grid_from_the_terminal(tmp_path):
+    config = tmp_path / "base.yaml"
+    _cfg(tmp_path).to_yaml(config)
+    done = subprocess.run([*CLI, "sweep", str(config), "--grid", "train.lr=1e-3,1e-2", "--metric", "loss",
+                           "--prune", "none", "--name", "cli"], cwd=REPO, capture_output=True, text=True,
+                          timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert sum("started" in line for line in lines) == 2 and sum(" finished: loss" in line for line in lines) == 2
+    assert "[sweep] best: trial" in lines[-1]
+    (folder,) = (tmp_path / "runs").glob("sweep-cli-*")
+    for trial in (0, 1):
+        assert_nothing_left(SweepDir(folder).trial(trial))
+
+
+def test_ctrl_c_on_workbench_sweep_cancels_every_trial(tmp_path):
+    config = tmp_path / "base.yaml"
+    _cfg(tmp_path, **ENDLESS).to_yaml(config)
+    command = subprocess.Popen([*CLI, "sweep", str(config), "--grid", "train.lr=1e-3,1e-2", "--parallel", "2",
+                                "--prune", "none", "--name", "ctrlc"], cwd=REPO, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        folder = SweepDir(Path(command.stdout.readline().split("folder: ", 1)[1].strip()))
+
+        def both_training() -> bool:
+            return all(RunDir(folder.trial(n)).meta.exists() and Run.load(folder.trial(n)).status().step >= 1
+                       for n in (0, 1))
+
+        wait_until(both_training, 180, "both trials training")
+        command.send_signal(signal.SIGINT)
+        out, err = command.communicate(timeout=120)
+    finally:
+        if command.poll() is None:
+            command.kill()
+    assert command.returncode == 128 + signal.SIGINT, out + err
+    assert "cancelling every trial" in err
+    for n in (0, 1):
+        run = Run.load(folder.trial(n))
+        assert run.status().state == "cancelled"
+        assert_nothing_left(run.folder)
+    meta = json.loads((folder.root / "sweep.json").read_text())
+    assert meta["cancelled"]

@@ -1,0 +1,105 @@
+"""`workbench sweep CONFIG --grid train.lr=1e-3,3e-3 [--search FIELD=loguniform(A,B)] ...` and
+`workbench sweep --resume FOLDER`: a sweep driven by this command, one line per trial event.  The
+command owns its trials: Ctrl-C (SIGINT, SIGTERM, SIGHUP) cancels every one; killed outright, its
+trials' runs stop with it (the study stays: `--resume FOLDER` queues them again)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from workbench.errors import ConfigError
+
+
+def add_sweep_parser(sub: Any) -> None:
+    sweep = sub.add_parser("sweep", help="search a config space with one run per trial (Optuna: grid, TPE, "
+                           "pruning); needs the sweep extra")
+    sweep.add_argument("config", nargs="?", help="YAML config file (the base of every trial)")
+    sweep.add_argument("--grid", action="append", default=[], metavar="FIELD=V1,V2,...",
+                       help="a field's values, e.g. --grid train.lr=1e-3,3e-3 (repeatable: every combination)")
+    sweep.add_argument("--search", action="append", default=[], metavar="FIELD=DIST(A,B)",
+                       help="a field sampled from loguniform(A,B), uniform(A,B), int_range(A,B) or choice(X,Y,...)")
+    sweep.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                       help="override a field of the base config (repeatable)")
+    sweep.add_argument("--trials", type=int, help="how many trials (default: every grid point)")
+    sweep.add_argument("--parallel", type=int, default=1, help="trials at once (default 1)")
+    sweep.add_argument("--metric", default="val_loss", help="the metric to optimise and prune on (default val_loss)")
+    sweep.add_argument("--direction", choices=["minimize", "maximize"], default="minimize")
+    sweep.add_argument("--prune", default=None, metavar="PRUNER",
+                       help="median (default), percentile, hyperband or none")
+    sweep.add_argument("--executor", dest="sweep_executor", choices=["local", "slurm", "pool"], default=None,
+                       help="where trials run: fresh local ranks, SLURM jobs, or one warm pool (one after another)")
+    sweep.add_argument("--name", help="the sweep's name (its folder: <run_root>/sweep-<name>-<time>)")
+    sweep.add_argument("--resume", metavar="FOLDER", help="go on with the sweep in FOLDER (finished trials stay)")
+    sweep.set_defaults(func=cmd_sweep)
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from workbench.cli.owner import Interrupted, check_stop, stop_signals_interrupt
+
+    pool = None
+    with stop_signals_interrupt():
+        try:
+            sweep, pool = _start(args)
+            print(f"[sweep] folder: {sweep.folder}", flush=True)
+            sweep.wait(on_poll=lambda _s: check_stop())
+        except Interrupted as stop:
+            if "sweep" in locals():
+                _say(f"{stop.args[0]}: cancelling every trial (checkpoints and metrics stay)")
+                sweep.cancel()
+            _close(pool)
+            return 128 + stop.signum
+        _close(pool)
+    print(sweep.frame().drop(columns=["run"]).to_string(index=False), flush=True)
+    best = sweep.best
+    if best is None:
+        print("[sweep] no trial finished", flush=True)
+        return 1
+    print(f"[sweep] best: trial {best.number}, {sweep.metric} {best.value:.4g}: {best.run.folder}", flush=True)
+    return 0
+
+
+def _start(args: argparse.Namespace) -> tuple[Any, Any]:
+    from workbench.launch.sweep import Sweep, sweep
+    from workbench.launch.sweepspace import parse_assignments
+
+    if args.resume:
+        return Sweep.load(args.resume, background=False, stop_with_caller=True, on_event=_line), None
+    if not args.config:
+        raise ConfigError(["sweep: give the base config (workbench sweep CONFIG.yaml --grid ...) or --resume FOLDER"])
+    space = parse_assignments(args.grid, args.search)
+    if not space:
+        raise ConfigError(["--grid: give at least one swept field, e.g. --grid train.lr=1e-3,3e-3 or "
+                           "--search train.lr=loguniform(1e-4,1e-2)"])
+    from workbench.config.sections import JobConfig
+
+    cfg = JobConfig.from_yaml(args.config, args.set)
+    executor = args.sweep_executor
+    pool = None
+    if executor == "pool":
+        from workbench.launch.pool import Pool
+
+        pool = Pool(cfg, stop_with_caller=True)
+    try:
+        started = sweep(cfg, space, trials=args.trials, parallel=args.parallel, metric=args.metric,
+                        direction=args.direction, pruner=args.prune, pool=pool,
+                        executor=None if executor in (None, "pool") else executor, name=args.name,
+                        background=False, stop_with_caller=True, on_event=_line)
+    except BaseException:
+        _close(pool)
+        raise
+    return started, pool
+
+
+def _close(pool: Any) -> None:
+    if pool is not None:
+        pool.close()
+
+
+def _line(text: str) -> None:
+    print(f"[sweep] {text}", flush=True)
+
+
+def _say(text: str) -> None:
+    print(f"[workbench] {text}", file=sys.stderr, flush=True)
