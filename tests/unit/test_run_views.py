@@ -416,3 +416,16 @@ def test_the_cli_plot_draws_the_evals(tmp_path, capsys):
     image = np.asarray(Image.open(folder / "plots" / "loss.png").convert("RGB")).astype(int)
     teal = np.array([int(EVAL_COLOURS[0][i:i + 2], 16) for i in (1, 3, 5)])  # val_accuracy's colour
     assert (np.abs(image - teal).sum(axis=2) < 30).sum() > 20
+
+
+def test_wall_time_is_exactly_pandas_to_datetime_on_the_fast_path_and_beside_it():
+    from workbench.results.metricview import utc_datetimes
+
+    rng = np.random.default_rng(3)
+    usual = pd.Series(np.r_[1.7e9 + rng.random(50_000) * 5e4, 0.0, -5.5, -1e9 - 0.123456789, 1.999999999999,
+                            9.1e9, -9.1e9, 123.4567891234])
+    odd = pd.Series([1.7e9, np.nan, 1e11, -np.inf, 1.7e9 + 0.5])  # NaN, past 2262, -inf: NaT (pandas' own path)
+    whole = pd.Series([1.7e9, 0.0, -3.0])  # whole seconds: pandas gives microseconds
+    for seconds in (usual, odd, whole, usual.iloc[:0]):
+        expected = pd.to_datetime(seconds, unit="s", utc=True, errors="coerce")
+        pd.testing.assert_series_equal(utc_datetimes(seconds), expected)

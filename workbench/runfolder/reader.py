@@ -7,6 +7,7 @@ a line must hold to be a record, and what happens to one that does not, is workb
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
@@ -308,6 +309,11 @@ class RankFrames:
         return pd.DataFrame(merged_columns(parts), copy=False)
 
 
+PARALLEL_CELLS = 1 << 22
+"""A table of more cells than this is interleaved by two threads (a column each): the strided copies
+and the first touch of the new columns' pages are most of a large cold read's time after the parse."""
+
+
 def merged_columns(parts: list[dict[str, Any]]) -> dict[str, Any]:
     """Several ranks' columns (in rank order) as one table sorted by step, then rank; a rank lacking
     a column has it missing there."""
@@ -320,12 +326,21 @@ def merged_columns(parts: list[dict[str, Any]]) -> dict[str, Any]:
         return {}
     if _same_steps(parts):  # the usual run: every rank logged the same steps; interleave, no sort
         k = len(parts)
-        out = {}
-        for name, dtype in _common_dtypes(parts).items():
-            values = out[name] = np.empty(k * len(parts[0]["step"]), dtype=dtype)
+
+        def interleave(column: tuple[str, Any]) -> tuple[str, Any]:
+            name, dtype = column
+            values = np.empty(k * len(parts[0]["step"]), dtype=dtype)
             for i, part in enumerate(parts):
                 values[i::k] = part[name] if name in part else _missing_cell(dtype)
-        return out
+            return name, values
+
+        columns = list(_common_dtypes(parts).items())
+        if k * len(parts[0]["step"]) * len(columns) < PARALLEL_CELLS or (os.cpu_count() or 1) < 2:
+            return dict(map(interleave, columns))
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(2, thread_name_prefix="workbench-merge") as pool:  # numpy copies without the GIL
+            return dict(pool.map(interleave, columns))
     table = concat([Batch(part, dict.fromkeys(part)) for part in parts]).values
     order = np.lexsort((table["rank"], table["step"]))
     return {name: values[order] for name, values in table.items()}
