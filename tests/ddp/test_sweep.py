@@ -72,6 +72,7 @@ def test_a_diverging_trial_is_pruned_its_run_cancelled_and_its_processes_gone(tm
     value = run.meta["pruned"]["value"]
     assert value is None or value != value or value > 5.0  # NaN (or dropped as not a number), or blown up
     assert "pruned" in run.meta["cancelled_by"]
+    assert workbench.runs(tmp_path / "runs").set_index("folder").loc[str(run.folder), "status"] == "pruned"
     trial = sweep.study.get_trials()[0]
     assert trial.state == optuna.trial.TrialState.PRUNED
     assert any("pruned at step" in line for line in sweep.events)

@@ -33,7 +33,7 @@ WHOLE = ("world_size", "effective_batch", "steps", "total_steps")
 """Columns of whole numbers: integers (pandas' Int64, missing shown as <NA>), never floats."""
 LR_NAMES = ("lr", "learning_rate", "train/learning_rate", "lr-SGD", "lr-Adam", "lr-AdamW")
 """The learning rate, by the names jobs log it under (engine, Hugging Face, Lightning's LearningRateMonitor)."""
-TERMINAL = ("finished", "failed", "cancelled")
+TERMINAL = ("finished", "failed", "cancelled", "pruned")
 _ROWS: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
 """folder -> (its files' sizes and times, its row): a finished run is read once per process."""
 
@@ -196,7 +196,9 @@ def run_row(folder: Path) -> dict[str, Any]:
     found = [float(t) for t in (created if isinstance(created, (int, float)) else None,
                                 times.min() if len(times) else None) if t is not None]
     start = min(found) if found else None  # the folder's birth, or an earlier first record (a copied run)
-    row: dict[str, Any] = {"name": folder.name, "folder": str(folder), "status": status.state, "start": start,
+    pruned = status.state == "cancelled" and isinstance(run.meta.get("pruned"), dict)  # a sweep's pruner stopped it
+    row: dict[str, Any] = {"name": folder.name, "folder": str(folder), "status": "pruned" if pruned else status.state,
+                           "start": start,
                            "steps": status.step, "total_steps": status.total_steps, "world_size": run.world_size,
                            **_plan(run, frame), **_losses(frame)}
     if len(times) and start is not None:

@@ -1,0 +1,44 @@
+"""What a sweep reads from a trial's run folder, on folders written as the ranks write them (no
+processes): the metric's values by step (eval events, or logged records reduced across ranks), and
+a pruned trial's run listed as pruned by workbench.runs()."""
+
+from __future__ import annotations
+
+import pytest
+
+import workbench
+from tests.support.runs import write_run
+from workbench.launch.run import Run
+from workbench.launch.sweepviews import metric_values
+from workbench.runfolder.layout import RunDir
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_an_eval_metric_is_read_from_the_eval_events(tmp_path):
+    run = Run.load(write_run(tmp_path, "trial-0", world=2, rule="linear"))
+    assert metric_values(run, "val_loss") == [(20, pytest.approx(1 / 40)), (40, pytest.approx(1 / 80))]
+    assert metric_values(run, "val_accuracy") == [(20, pytest.approx(0.7)), (40, pytest.approx(0.9))]
+
+
+def test_a_logged_metric_is_read_reduced_once_per_step(tmp_path):
+    run = Run.load(write_run(tmp_path, "trial-0", world=2, rule="linear", steps=5))
+    values = metric_values(run, "loss")
+    assert [s for s, _ in values] == [1, 2, 3, 4, 5]
+    assert values[0][1] == pytest.approx(2.0 / 2 + 0.1)
+
+
+def test_a_metric_the_run_does_not_log_reads_as_nothing_yet(tmp_path):
+    run = Run.load(write_run(tmp_path, "trial-0", world=1, rule="linear", steps=3))
+    assert metric_values(run, "val_f1") == [] and metric_values(run, "perplexity") == []
+
+
+def test_a_pruned_trials_run_is_listed_as_pruned_not_cancelled(tmp_path):
+    folder = write_run(tmp_path, "trial-0", world=1, rule="linear", steps=3, final="cancelled")
+    run = RunDir(folder)
+    run.update_meta(pruned={"step": 3, "value": 9.0, "time": 0.0})
+    run.mark_cancelled("sweep s: pruned at step 3")
+    other = RunDir(write_run(tmp_path, "other", world=1, rule="linear", steps=3, final="cancelled"))
+    other.mark_cancelled("Run.cancel()")
+    listed = workbench.runs(tmp_path).set_index("name")["status"]
+    assert listed.to_dict() == {"trial-0": "pruned", "other": "cancelled"}
