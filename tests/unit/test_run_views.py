@@ -429,3 +429,53 @@ def test_wall_time_is_exactly_pandas_to_datetime_on_the_fast_path_and_beside_it(
     for seconds in (usual, odd, whole, usual.iloc[:0]):
         expected = pd.to_datetime(seconds, unit="s", utc=True, errors="coerce")
         pd.testing.assert_series_equal(utc_datetimes(seconds), expected)
+
+
+def test_the_end_plot_is_drawn_from_the_follow_loops_reader_with_fixed_margins_nothing_cut_or_overlapping(tmp_path):
+    """The CLI's plots/loss.png: drawn in the background from the records the follow loop read (no
+    second read of the metrics), laid out with fixed margins: every panel's tick labels and title
+    inside the figure and clear of the other panels."""
+    import threading
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from PIL import Image
+
+    from tests.support.runs import write_run
+    from workbench.cli.printing import EndPlot
+    from workbench.results.plots import plot_run
+    from workbench.runfolder.reader import MetricTail
+
+    folder = write_run(tmp_path, "ended", 2, "none", steps=300)
+    run = Run.load(folder)
+    status = run.latest_status = run.status(True)  # the follow loop's poll: every record read
+    reads = []
+    real = MetricTail.read_batches
+    MetricTail.read_batches = lambda tail: reads.append(threading.current_thread().name) or real(tail)
+    try:
+        plot = EndPlot(run)
+        plot.when_ready(status)
+        plot._drawing.join(timeout=60)
+    finally:
+        MetricTail.read_batches = real
+    assert plot.drawn == str(run.dir.loss_plot) and "workbench-end-plot" not in reads
+    assert plot.result(run, run.metrics()) == plot.drawn  # nothing came after it: not drawn again
+    assert Image.open(plot.drawn).size[0] == 1100 and (os.stat(plot.drawn).st_mode & 0o777) == 0o600
+    wide = sixteen_ranks(ranks=2).assign(samples_per_s=123456.7, lr=lambda f: 1e-5 * f["step"], mem_mb=81234.5)
+    for frame in (sixteen_ranks(ranks=2), sixteen_ranks(ranks=16), wide):
+        fig = plot_run(frame, evals=run.evals(), fixed_layout=True)
+        canvas = FigureCanvasAgg(fig)
+        canvas.draw()
+        renderer = canvas.get_renderer()
+        assert fig.get_layout_engine() is None and len(fig.axes) == 6
+        page = fig.bbox
+        boxes = [ax.get_tightbbox(renderer) for ax in fig.axes]
+        for i, (ax, box) in enumerate(zip(fig.axes, boxes)):
+            title = ax.get_title(loc="left")
+            assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1, title
+            for other in fig.axes[:i] + fig.axes[i + 1:]:
+                assert not box.overlaps(other.bbox), (title, other.get_title(loc="left"))
+            offset = ax.yaxis.offsetText  # "1e5" above the axis: the title stays clear of it
+            if offset.get_text():
+                assert not ax._left_title.get_window_extent(renderer).overlaps(offset.get_window_extent(renderer))
+        legend = fig.legends[0].get_window_extent(renderer)
+        assert not any(legend.overlaps(box) for box in boxes) and legend.y1 <= page.y1

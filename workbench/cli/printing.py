@@ -56,7 +56,7 @@ class EndPlot:
     def __init__(self, run: Any):
         import threading
 
-        self.folder, self.path = run.folder, str(run.dir.loss_plot)
+        self.run, self.folder, self.path = run, run.folder, str(run.dir.loss_plot)
         self.drawn: str | None = None
         self._records = -1  # how many records the drawn figure has
         self._drawing: threading.Thread | None = None
@@ -77,18 +77,19 @@ class EndPlot:
     def _draw(self) -> None:
         from workbench.launch.run import Run
         from workbench.results.plots import save_run_plot
+        from workbench.results.series import MetricData
 
         with contextlib.suppress(Exception):  # drawn again in the main thread, where a failure shows
-            run = Run(self.folder)  # its own reader: the main thread polls the run's
-            frame = run.metrics()
-            if len(frame):
-                self.drawn, self._records = save_run_plot(frame, self.path, evals=run.evals()), len(frame)
+            records = self.run.metric_frames.records  # the follow loop's reader holds them all: no second read
+            if records:
+                data = MetricData.from_run(self.run, Run(self.folder).evals())  # events: its own small reader
+                self.drawn, self._records = save_run_plot(data, self.path), records
 
     def result(self, run: Any, frame: Any) -> str:
         """The plot's path: the one drawn ahead, or drawn now."""
         if self._drawing is not None:
             self._drawing.join()
-        if self.drawn is None or self._records != len(frame):  # a rank's last records came after it
+        if self.drawn is None or self._records != run.metric_frames.records:  # records came after it
             from workbench.results.plots import save_run_plot
 
             self.drawn = save_run_plot(frame, self.path, evals=run.evals())
@@ -97,6 +98,8 @@ class EndPlot:
 
 def _import_plots() -> None:
     with contextlib.suppress(Exception):
+        import pandas  # noqa: F401 - the end table's, paid while the run trains
+
         import workbench.results.plots  # noqa: F401 - matplotlib's import, paid while the run trains
 
 

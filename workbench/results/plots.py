@@ -124,17 +124,23 @@ def as_data(frame: pd.DataFrame | MetricData | None, evals: pd.DataFrame | None 
 
 def plot_run(frame: pd.DataFrame | MetricData, panels: Sequence[str] | None = None,
              figsize: tuple[float, float] | None = None, fig: Figure | None = None,
-             evals: pd.DataFrame | None = None, columns: int = 3, **opts: Any) -> Figure:
+             evals: pd.DataFrame | None = None, columns: int = 3, fixed_layout: bool = False,
+             **opts: Any) -> Figure:
     """The run's panels as a matplotlib Figure; `opts` are PlotOptions fields (x, log_y, smooth,
-    ranks, theme); `evals` are the run's eval events (Run.evals())."""
+    ranks, theme); `evals` are the run's eval events (Run.evals()).  The panels are laid out by
+    matplotlib's constrained layout, or with `fixed_layout` by fixed margins (FIXED_MARGINS_IN: a
+    third of the drawing time, for a figure drawn once, as the CLI's PNG)."""
     o = options(**opts, panels=tuple(panels) if panels is not None else None)
     data = as_data(frame, evals)
     chosen = choose_panels(data, o.panels)
     ncols = max(1, min(columns, len(chosen)))
     nrows = max(1, math.ceil(len(chosen) / ncols))
     with theme_rc(o.theme):
-        fig = fig or ShownFigure(figsize=figsize or (11.0, 0.5 + 2.9 * nrows), layout="constrained")
+        fig = fig or ShownFigure(figsize=figsize or (11.0, 0.5 + 2.9 * nrows),
+                                 layout=None if fixed_layout else "constrained")
         fig.clear()
+        if fixed_layout:
+            fig.subplots_adjust(**fixed_margins(fig, nrows, ncols))
         fig.set_facecolor(THEMES[o.theme]["figure.facecolor"])
         axes = panel_axes(fig, len(chosen), ncols)
         views, x = Views(), data.axis(o.x)
@@ -146,6 +152,22 @@ def plot_run(frame: pd.DataFrame | MetricData, panels: Sequence[str] | None = No
         if not chosen:
             fig.text(0.5, 0.5, "no metrics logged yet", ha="center", va="center", fontsize=13)
     return fig
+
+
+FIXED_MARGINS_IN = {"left": 0.8, "right": 0.25, "top": 0.75, "bottom": 0.6, "wspace": 1.0, "hspace": 0.65}
+"""Margins of a fixed layout, in inches: room for tick labels of up to ~7 characters at READABLE's
+sizes, a panel's title and, at the top, the legend's row."""
+
+
+def fixed_margins(fig: Figure, nrows: int, ncols: int) -> dict[str, float]:
+    """FIXED_MARGINS_IN as subplots_adjust's fractions of this figure."""
+    width, height = fig.get_size_inches()
+    m = FIXED_MARGINS_IN
+    panel_w = (width - m["left"] - m["right"] - (ncols - 1) * m["wspace"]) / ncols
+    panel_h = (height - m["top"] - m["bottom"] - (nrows - 1) * m["hspace"]) / nrows
+    return {"left": m["left"] / width, "right": 1 - m["right"] / width, "top": 1 - m["top"] / height,
+            "bottom": m["bottom"] / height, "wspace": m["wspace"] / max(panel_w, 0.1),
+            "hspace": m["hspace"] / max(panel_h, 0.1)}
 
 
 def panel_axes(fig: Figure, n: int, ncols: int) -> list[Axes]:
@@ -273,16 +295,25 @@ def _line(ax: Axes, x: np.ndarray, y: np.ndarray, colour: str, label: str, opts:
 
 
 def save_run_plot(frame: pd.DataFrame | MetricData, path: str, **kwargs: Any) -> str:
-    save_figure(plot_run(frame, **kwargs), path)
+    """The run's figure as a file (the CLI's plots/loss.png): laid out with fixed margins and drawn
+    once (kwargs: plot_run's)."""
+    save_figure(plot_run(frame, fixed_layout=True, **kwargs), path)
     return path
 
 
 def save_figure(fig: Figure, path: str | Path) -> None:
-    """Write `fig` as a private file (0600, workbench.runfolder.private), in the format its suffix names."""
+    """Write `fig` as a private file (0600, workbench.runfolder.private), in the format its suffix
+    names; a PNG is drawn once by Agg (no pyplot, no second draw)."""
     from workbench.runfolder.private import open_private
 
+    fmt = Path(path).suffix.lstrip(".") or "png"
     with open_private(path, "wb") as fh:
-        fig.savefig(fh, dpi=100, format=Path(path).suffix.lstrip(".") or "png")
+        if fmt == "png" and fig.dpi == 100:
+            from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+            FigureCanvasAgg(fig).print_png(fh)
+        else:
+            fig.savefig(fh, dpi=100, format=fmt)
 
 
 SPLIT = (("data_time_s", "data wait"), ("compute_s", "compute"), ("comm_wait_s", "communication"))
