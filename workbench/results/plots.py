@@ -148,13 +148,17 @@ def plot_run(frame: pd.DataFrame | MetricData, panels: Sequence[str] | None = No
             specs = panel_specs(panel, data, x, o, views, FOREGROUND[o.theme])
             add_artists(ax, specs)
             decorate(ax, panel, specs, o, x)
-        figure_legend(fig, axes)
+        legend = figure_legend(fig, axes)
+        if fixed_layout:
+            fit_legend_rows(fig, legend)
         if not chosen:
             fig.text(0.5, 0.5, "no metrics logged yet", ha="center", va="center", fontsize=13)
     return fig
 
 
 FIXED_MARGINS_IN = {"left": 0.8, "right": 0.25, "top": 0.75, "bottom": 0.6, "wspace": 1.0, "hspace": 0.65}
+LEGEND_COLUMNS = 9
+LEGEND_ROW_IN = 0.28
 """Margins of a fixed layout, in inches: room for tick labels of up to ~7 characters at READABLE's
 sizes, a panel's title and, at the top, the legend's row."""
 
@@ -168,6 +172,17 @@ def fixed_margins(fig: Figure, nrows: int, ncols: int) -> dict[str, float]:
     return {"left": m["left"] / width, "right": 1 - m["right"] / width, "top": 1 - m["top"] / height,
             "bottom": m["bottom"] / height, "wspace": m["wspace"] / max(panel_w, 0.1),
             "hspace": m["hspace"] / max(panel_h, 0.1)}
+
+
+def fit_legend_rows(fig: Figure, legend: Any) -> None:
+    """With fixed margins: room at the top for each row of the legend beyond the first."""
+    if legend is None:
+        return
+    labels = [t.get_text() for t in legend.get_texts()]
+    rows = math.ceil(len(labels) / legend_columns(fig, labels))
+    extra = LEGEND_ROW_IN * (rows - 1)
+    if extra > 0:
+        fig.subplots_adjust(top=1 - (FIXED_MARGINS_IN["top"] + extra) / fig.get_figheight())
 
 
 def panel_axes(fig: Figure, n: int, ncols: int) -> list[Axes]:
@@ -279,8 +294,17 @@ def figure_legend(fig: Figure, axes: Sequence[Axes]) -> Any:
                 labels.append(label)
     if not handles:
         return None
-    return fig.legend(handles, labels, loc="outside upper center", ncols=min(len(labels), 9), frameon=False,
-                      handlelength=1.6, columnspacing=1.2)
+    return fig.legend(handles, labels, loc="outside upper center", ncols=legend_columns(fig, labels),
+                      frameon=False, handlelength=1.6, columnspacing=1.2)
+
+
+def legend_columns(fig: Figure, labels: Sequence[str]) -> int:
+    """Columns of the legend: up to LEGEND_COLUMNS, as many as fit the figure's width (labels of
+    this length at the legend's font size)."""
+    longest = max((len(label) for label in labels), default=1)
+    column_in = 0.55 + 0.075 * longest  # handle and gaps, then ~0.075 in a character at 10.5 pt
+    fit = int(fig.get_figwidth() / column_in)
+    return max(1, min(len(labels), LEGEND_COLUMNS, fit))
 
 
 def _line(ax: Axes, x: np.ndarray, y: np.ndarray, colour: str, label: str, opts: PlotOptions, **style: Any) -> None:

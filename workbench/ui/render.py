@@ -30,6 +30,8 @@ from workbench.results.plots import (
     as_data,
     decorate,
     figure_legend,
+    fit_legend_rows,
+    fixed_margins,
     make_artist,
     panel_axes,
     theme_rc,
@@ -202,13 +204,14 @@ class LiveFigure:
         ncols = max(1, min(self.columns, len(panels)))
         nrows = max(1, -(-len(panels) // ncols))
         self._resize(nrows)
-        self.fig.set_layout_engine("constrained")
+        self.fig.set_layout_engine("none")  # fixed margins: a constrained layout measures every label ~20 times
+        self.fig.subplots_adjust(**fixed_margins(self.fig, nrows, ncols))
         self.axes = panel_axes(self.fig, len(panels), ncols)
         self.artists = []
         for ax, panel, panel_specs_ in zip(self.axes, panels, specs):
             self.artists.append({s.key: make_artist(ax, s) for s in panel_specs_})
             decorate(ax, panel, panel_specs_, opts, x)
-        figure_legend(self.fig, self.axes)
+        fit_legend_rows(self.fig, figure_legend(self.fig, self.axes))
         if not panels:
             self.fig.text(0.5, 0.5, "no metrics logged yet", ha="center", va="center", fontsize=13,
                           color=FOREGROUND[opts.theme])
@@ -217,7 +220,6 @@ class LiveFigure:
         self._set = []
         self._fit_limits()
         self._full_draw()
-        self.fig.set_layout_engine("none")  # laid out once: later draws skip the layout pass
         return "full"
 
     def _resize(self, nrows: int) -> None:
