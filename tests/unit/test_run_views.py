@@ -463,19 +463,42 @@ def test_the_end_plot_is_drawn_from_the_follow_loops_reader_with_fixed_margins_n
     wide = sixteen_ranks(ranks=2).assign(samples_per_s=123456.7, lr=lambda f: 1e-5 * f["step"], mem_mb=81234.5)
     for frame in (sixteen_ranks(ranks=2), sixteen_ranks(ranks=16), wide):
         fig = plot_run(frame, evals=run.evals(), fixed_layout=True)
-        canvas = FigureCanvasAgg(fig)
-        canvas.draw()
-        renderer = canvas.get_renderer()
+        FigureCanvasAgg(fig).draw()
         assert fig.get_layout_engine() is None and len(fig.axes) == 6
-        page = fig.bbox
-        boxes = [ax.get_tightbbox(renderer) for ax in fig.axes]
-        for i, (ax, box) in enumerate(zip(fig.axes, boxes)):
-            title = ax.get_title(loc="left")
-            assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1, title
-            for other in fig.axes[:i] + fig.axes[i + 1:]:
-                assert not box.overlaps(other.bbox), (title, other.get_title(loc="left"))
-            offset = ax.yaxis.offsetText  # "1e5" above the axis: the title stays clear of it
-            if offset.get_text():
-                assert not ax._left_title.get_window_extent(renderer).overlaps(offset.get_window_extent(renderer))
-        legend = fig.legends[0].get_window_extent(renderer)
-        assert not any(legend.overlaps(box) for box in boxes) and legend.y1 <= page.y1
+        assert_laid_out(fig)
+
+
+def assert_laid_out(fig) -> None:
+    """Every panel's tick labels and title inside the figure and clear of the other panels, the
+    legend inside the figure above them, a title clear of its axis' offset text ("1e5")."""
+    renderer = fig.canvas.get_renderer()
+    page = fig.bbox
+    boxes = [ax.get_tightbbox(renderer) for ax in fig.axes]
+    for i, (ax, box) in enumerate(zip(fig.axes, boxes)):
+        title = ax.get_title(loc="left")
+        assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1, title
+        for other in fig.axes[:i] + fig.axes[i + 1:]:
+            assert not box.overlaps(other.bbox), (title, other.get_title(loc="left"))
+        offset = ax.yaxis.offsetText
+        if offset.get_text():
+            assert not ax._left_title.get_window_extent(renderer).overlaps(offset.get_window_extent(renderer))
+    legend = fig.legends[0].get_window_extent(renderer)
+    assert not any(legend.overlaps(box) for box in boxes), legend
+    assert page.x0 <= legend.x0 and legend.x1 <= page.x1 and legend.y1 <= page.y1, legend
+
+
+def test_the_live_figure_fits_its_panels_and_legend_at_any_width():
+    """The dashboard's figure (fixed margins, no constrained layout): 8 ranks' legend of 11 entries
+    wraps to the width; nothing is cut or drawn over another panel, at 600 and 1000 px."""
+    from matplotlib.layout_engine import ConstrainedLayoutEngine
+
+    from workbench.results.plots import PlotOptions
+    from workbench.ui.render import LiveFigure
+
+    frame = sixteen_ranks(ranks=8).assign(val_loss=lambda f: np.where(f["step"] % 100 == 0, 1 / f["step"], np.nan))
+    for width in (600, 1000):
+        live = LiveFigure(width_px=width)
+        live.update(frame, None, PlotOptions())
+        assert not isinstance(live.fig.get_layout_engine(), ConstrainedLayoutEngine)
+        assert len(live.fig.legends[0].get_texts()) == 11
+        assert_laid_out(live.fig)
