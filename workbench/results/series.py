@@ -62,7 +62,7 @@ class MetricData:
         ranks = list(frames.frames)
         names: list[str] = []
         for rank in ranks[:1] + ranks[-1:]:  # ranks log the same fields; the first and last say which
-            names += [str(c) for c in frames.frames[rank].columns if str(c) not in names]
+            names += [str(c) for c in list(frames.frames.rows[rank].values) if str(c) not in names]  # no DataFrame
         found = frames.columns(names)
         numeric = {r: {c: v for c, v in cols.items() if getattr(getattr(v, "dtype", None), "kind", "O") in "biuf"}
                    for r, cols in found.items()}
