@@ -19,6 +19,7 @@ from tests.support import SCRIPTS
 from tests.support.lifecycle import CLI, OPTIONS, assert_nothing_left, cfg, checkpoint_steps, metric_steps, report
 from tests.support.tasks_for_tests import big, crashing_while_building, failing_to_build
 from workbench.errors import SubmitError
+from workbench.launch import submit as submit_module
 
 pytestmark = [pytest.mark.ddp, pytest.mark.timeout(300)]
 
@@ -80,12 +81,19 @@ def test_a_rank_that_crashes_in_native_code_is_named_with_its_python_stacks(tmp_
     assert_nothing_left(run.folder)
 
 
-def test_a_script_gone_before_the_ranks_start_is_named(tmp_path):
+def test_a_script_gone_before_the_ranks_start_is_named(tmp_path, monkeypatch):
     script = tmp_path / "train.py"
     shutil.copy(SCRIPTS / "train_ddp.py", script)
+    start = submit_module._start
+
+    def remove_then_start(*args, **kwargs):  # after submit's own checks, before any process starts
+        script.unlink()
+        return start(*args, **kwargs)
+
+    monkeypatch.setattr(submit_module, "_start", remove_then_start)
     run = workbench.submit_script(script, [], workbench.JobConfig.from_dict(
         {"launch": {"run_root": str(tmp_path / "runs")}}), nproc=2)
-    script.unlink()  # the ranks need a second or more to start
+    assert not script.exists()
     _fails(run, "script missing on the ranks -> run failed, named")
     failure = run.exception()
     assert failure.type == "FileNotFoundError" and "train.py" in failure.message + failure.traceback
