@@ -502,3 +502,31 @@ def test_the_live_figure_fits_its_panels_and_legend_at_any_width():
         assert not isinstance(live.fig.get_layout_engine(), ConstrainedLayoutEngine)
         assert len(live.fig.legends[0].get_texts()) == 11
         assert_laid_out(live.fig)
+
+
+def test_the_widgets_pictures_are_the_figures_pixels_full_then_the_changed_ones():
+    """The ipympl canvas sends the figure as a PNG (zlib level 1): whole at first, then only the pixels
+    a refresh changed; decoded, they rebuild exactly what the figure drew."""
+    import io
+
+    from PIL import Image
+
+    from workbench.results.plots import PlotOptions
+    from workbench.ui.render import LiveFigure
+
+    frame = sixteen_ranks(steps=600, ranks=2)
+    live = LiveFigure(interactive=True, width_px=800)
+    live.update(frame[frame["step"] <= 300], None, PlotOptions())  # the canvas now has the figure's size
+    sent: list[tuple[str, bytes]] = []
+    live.canvas.send_binary = lambda data: sent.append((live.canvas._current_image_mode, data))  # what goes out
+    live.canvas._force_full = True  # as a view that (re)connects asks
+    live._full_draw()
+    mode, data = sent[-1]
+    first = np.asarray(Image.open(io.BytesIO(data)))
+    assert mode == "full" and np.array_equal(first, np.asarray(live.canvas.get_renderer().buffer_rgba()))
+    assert live.update(frame[frame["step"] <= 320], None, PlotOptions()) == "lines"
+    mode, data = sent[-1]
+    diff = np.asarray(Image.open(io.BytesIO(data)))
+    now = np.asarray(live.canvas.get_renderer().buffer_rgba())
+    changed = diff.view(np.uint32).squeeze(2) != 0
+    assert mode == "diff" and changed.any() and np.array_equal(np.where(changed[..., None], diff, first), now)

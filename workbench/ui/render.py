@@ -87,6 +87,26 @@ def _canvas_class() -> Any:
             super().handle_refresh(event)
             self.draw_idle()
 
+        def get_diff_image(self) -> Any:
+            """matplotlib's own (webagg_core: the changed pixels, or all of them), PNG-encoded at zlib
+            level 1 instead of 6: half the encoding time of a refresh (a mostly empty diff compresses
+            well either way)."""
+            me: Any = self  # matplotlib's untyped state
+            if not me._png_is_old:
+                return None
+            pixels = np.asarray(me.get_renderer().buffer_rgba())
+            buff = pixels.view(np.uint32).squeeze(2)  # a pixel as one number: one comparison each
+            if me._force_full or buff.shape != me._last_buff.shape or (pixels[:, :, 3] != 255).any():
+                me.set_image_mode("full")
+                output = buff
+            else:
+                me.set_image_mode("diff")
+                output = np.where(buff != me._last_buff, buff, 0)
+            me._last_buff = buff.copy()
+            me._force_full = False
+            me._png_is_old = False
+            return _png(output.view(dtype=np.uint8).reshape((*output.shape, 4)))
+
         def send_binary(self, data: Any) -> None:
             super().send_binary(data)
             url: Any = getattr(self, "_data_url", None)
@@ -94,6 +114,16 @@ def _canvas_class() -> Any:
                 self._data_url = "data:image/png;base64," + url
 
     return EmbeddedCanvas
+
+
+def _png(rgba: np.ndarray) -> bytes:
+    import io
+
+    from PIL import Image
+
+    with io.BytesIO() as out:
+        Image.fromarray(rgba).save(out, format="png", compress_level=1)
+        return out.getvalue()
 
 
 @dataclass
