@@ -17,7 +17,7 @@ import socket
 import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,10 @@ def _ignore(kind: str, **fields: Any) -> None:
     return None
 
 
+def _write_nothing(mirror: bool) -> None:
+    return None
+
+
 def announce_starting(run: RunDir, rank: int, attempt: int = 0) -> None:
     """Say "starting" as soon as the rank's process runs, before it imports torch and meets the
     others (seconds): readers stop calling it pending.  RankMonitor's heartbeat takes over; a rank
@@ -79,6 +83,10 @@ class RankMonitor:
         check): rank 0 records them, the other ranks' calls do nothing (the role is fixed here)."""
         self.mirrors: Any = NoMirrors()
         """Live copies of the metrics (engine.mirrors, from the `log` config section)."""
+        self.write_held: Callable[[bool], None] = _write_nothing
+        """Writes the metric records held for a loss reduce (engine.steplog), before the metrics
+        file closes on every path: the end, a raise or an interruption (the main thread, to the
+        mirrors too), a peer's failure (_abort, the heartbeat thread: the file only)."""
         self.step = 0
         self.state = "starting"
         self.in_sync: bool | None = None
@@ -164,6 +172,8 @@ class RankMonitor:
         self._stop.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=10)  # a beat in flight must not overwrite the final state
+        with contextlib.suppress(Exception):  # a crash never loses logged metrics
+            self.write_held(True)
         with contextlib.suppress(Exception):  # a mirror must never stop a rank from ending cleanly
             self.mirrors.close()
         with contextlib.suppress(OSError):  # a full disk: what could be recorded was
@@ -289,6 +299,8 @@ class RankMonitor:
             self.event(events.ABORTED, reason=f"rank {peers[0]} failed", failed_ranks=peers)
             self.set_state("aborted")
             self._tell_torchrun(peers[0])
+            with contextlib.suppress(Exception):  # a crash never loses logged metrics
+                self.write_held(False)
             self.metrics.close()
             self.events.close()
             os._exit(PEER_FAILED_EXIT_CODE)
