@@ -181,8 +181,10 @@ class Sweep:
 
     @property
     def done(self) -> bool:
-        """Every trial has an outcome (or the sweep was cancelled)."""
-        return self.cancelled or (not self.active and not self._can_ask())
+        """Every trial has an outcome (or the sweep was cancelled).  Read under the driver's lock: a
+        trial asked for is counted before its run is started."""
+        with self._lock:
+            return self.cancelled or (not self.active and not self._can_ask())
 
     def wait(self, timeout: float | None = None, on_poll: Callable[[Sweep], None] | None = None) -> Sweep:
         """Block until every trial has an outcome (drives the sweep here if no thread does)."""

@@ -64,7 +64,7 @@ def make_sampler(given: Any, space: Mapping[str, Any]) -> Any:
     if name == "grid":
         if not sp.is_grid(space):
             raise ConfigError(["sampler: 'grid' needs every field given as a list of values"])
-        return optuna.samplers.GridSampler({f: list(v) for f, v in space.items()}, seed=0)
+        return _grid_sampler(optuna)({f: list(v) for f, v in space.items()}, seed=0)
     if name == "tpe":
         return optuna.samplers.TPESampler(seed=0)
     if name == "random":
@@ -84,3 +84,14 @@ def make_pruner(given: Any) -> Any:
     if (given or "median") not in made:
         raise ConfigError([f"pruner: {given!r} is not one of {', '.join(PRUNERS)}; or pass an Optuna pruner"])
     return made[given or "median"]()
+
+
+def _grid_sampler(optuna: Any) -> Any:
+    """Optuna's GridSampler, except that it does not stop the study when the grid is used up: it calls
+    study.stop(), which only works inside study.optimize; the sweep counts its own trials."""
+
+    class AskTellGrid(optuna.samplers.GridSampler):  # type: ignore[misc]
+        def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
+            return None
+
+    return AskTellGrid
