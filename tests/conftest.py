@@ -15,9 +15,23 @@ LAYERS = {"unit": "unit", "process": "process", "ddp": "ddp", "slurm": "slurm", 
 """Folder under tests/ -> the marker every test in it carries."""
 
 
+SHARED = {"slurm_cluster": "slurm", "jupyter_lab": "browser", "chromium": "browser"}
+"""Session fixture -> the xdist group of every test that uses it: the machine holds one SLURM test cluster
+(it owns /etc/slurm) and the browser tests share one JupyterLab, so under `-n` (pytest-xdist,
+`--dist loadgroup`) each group runs in one worker, beside the rest."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
     for item in items:
         folder = Path(str(item.fspath)).relative_to(here).parts[0]
         if folder in LAYERS:
             item.add_marker(getattr(pytest.mark, LAYERS[folder]))
+        group = next((SHARED[name] for name in getattr(item, "fixturenames", ()) if name in SHARED), None)
+        if group is None and item.get_closest_marker("slurm"):  # marked so, fetching the cluster itself
+            group = "slurm"
+        if group is None and folder == "browser":
+            group = "browser"
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))

@@ -1,5 +1,7 @@
 """Lightning (Trainer and Fabric), Accelerate and Hugging Face Trainer jobs get per-rank streams by
-adding one line; real packages, real 2-rank DDP on CPU, launched as scripts with `workbench launch`."""
+adding one line; real packages, real 2-rank DDP on CPU.  Each framework runs once: two as scripts under
+`workbench launch`, two as a user's function through `submit_fn`, so both ways in meet a real framework
+(the launchers themselves are tested apart, in test_script_mode.py and test_submit_fn.py)."""
 
 from __future__ import annotations
 
@@ -37,22 +39,22 @@ def _per_rank(run: workbench.Run, column: str, distinct: bool = True, last_step:
         assert (by_step[0] != by_step[1]).any()
 
 
-def test_lightning_trainer(tmp_path):
-    _per_rank(_launch(tmp_path, "lightning_trainer.py"), "train_loss", last_step=11)  # the Trainer counts from 0
+def test_lightning_trainer_through_submit_fn(tmp_path):
+    _per_rank(_submit_fn(tmp_path, "lightning_trainer.py"), "train_loss", last_step=11)  # the Trainer counts from 0
 
 
-def test_lightning_fabric(tmp_path):
+def test_lightning_fabric_under_launch(tmp_path):
     _per_rank(_launch(tmp_path, "fabric_loop.py"), "loss")
 
 
-def test_accelerate_tracker(tmp_path):
-    run = _launch(tmp_path, "accelerate_loop.py")
+def test_accelerate_tracker_through_submit_fn(tmp_path):
+    run = _submit_fn(tmp_path, "accelerate_loop.py")
     _per_rank(run, "loss")
     _per_rank(run, "lr", distinct=False)  # logged by a second accelerator.log at the same step: both kept
     assert "note" not in run.metrics()
 
 
-def test_transformers_trainer_callback(tmp_path):
+def test_transformers_trainer_callback_under_launch(tmp_path):
     run = _launch(tmp_path, "hf_trainer.py")
     _per_rank(run, "loss", distinct=False)  # the Trainer logs the loss averaged over ranks
     _hf_summary_beside_the_last_loss(run)
@@ -85,11 +87,8 @@ def _run_script_in_fn(script: str, out: str) -> None:
     runpy.run_path(script, run_name="__main__")
 
 
-@pytest.mark.parametrize("script, column, distinct, last", [
-    ("lightning_trainer.py", "train_loss", True, 11), ("fabric_loop.py", "loss", True, 12),
-    ("accelerate_loop.py", "loss", True, 12), ("hf_trainer.py", "loss", False, 12)])
-def test_each_integration_through_submit_fn(tmp_path, script, column, distinct, last):
+def _submit_fn(tmp_path: Path, script: str) -> workbench.Run:
     cfg = workbench.JobConfig.from_dict({"dist": {"procs_per_node": 2}, "launch": {"run_root": str(tmp_path)}})
     run = workbench.submit_fn(_run_script_in_fn, str(INTEGRATIONS / script), str(tmp_path / "out"), cfg=cfg)
     assert run.wait(timeout=250).state == "finished", run.exception()
-    _per_rank(run, column, distinct, last_step=last)
+    return run

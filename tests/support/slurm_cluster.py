@@ -381,6 +381,10 @@ class SlurmCluster:
         lines = [
             "ClusterName=workbench", f"SlurmctldHost={host}(127.0.0.1)", f"SlurmctldPort={self.ports['slurmctld']}",
             "SlurmUser=root", "SlurmdUser=root", "AuthType=auth/munge", "CredType=cred/munge",
+            # cred_expire (default 120 s) is also how long a requeued job waits before it may start again
+            # (job_mgr.c: begin_time = now + cred_expire + 1); 20 s keeps the preemption test's requeue real
+            # and a minute and a half shorter, and is still ample for a step's credential on this machine.
+            "AuthInfo=cred_expire=20",
             f"StateSaveLocation={work}/state", f"SlurmdSpoolDir={work}/spool/%n",
             f"SlurmctldPidFile={work}/slurmctld.pid", f"SlurmdPidFile={work}/slurmd-%n.pid",
             f"SlurmctldLogFile={work}/log/slurmctld.log", f"SlurmdLogFile={work}/log/slurmd-%n.log",
