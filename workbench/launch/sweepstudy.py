@@ -90,7 +90,7 @@ def _grid_sampler(optuna: Any) -> Any:
     """Optuna's GridSampler, except that it does not stop the study when the grid is used up: it calls
     study.stop(), which only works inside study.optimize; the sweep counts its own trials."""
 
-    class AskTellGrid(optuna.samplers.GridSampler):  # type: ignore[misc]
+    class AskTellGrid(optuna.samplers.GridSampler):
         def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
             return None
 
