@@ -19,6 +19,7 @@ from workbench.cli.commands import (
     cmd_show,
     cmd_table,
 )
+from workbench.cli.sweep import add_sweep_parser
 from workbench.errors import ConfigError
 
 LAUNCH_OPTIONS: dict[str, dict[str, Any]] = {
@@ -134,6 +135,8 @@ def _parser() -> argparse.ArgumentParser:
     shown.add_argument("--where", metavar="SECTION.FIELD", help="what the field means and the lines of "
                        "workbench's code that read it")
     config.set_defaults(func=cmd_config)
+
+    add_sweep_parser(sub)
     return parser
 
 
