@@ -84,14 +84,18 @@ def test_unflushed_prints_in_a_pool_are_live_and_interleaved(pool, tmp_path):
 
 
 RECORDED = """
-import json, os
+import json, os, time
 from torch.distributed.elastic.multiprocessing.errors import record
 
 @record
 def main():
     names = ("TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_SIGNALS_TO_HANDLE", "TORCH_NCCL_ASYNC_ERROR_HANDLING")
     print(json.dumps({name: os.environ.get(name) for name in names}))
+    printed = os.path.join("GATE_DIR", "printed-" + os.environ["RANK"])
+    open(printed, "w").close()
     if os.environ["RANK"] == "1":
+        while not os.path.exists(printed[:-1] + "0"):  # rank 0 has printed: its line is not lost with it
+            time.sleep(0.01)
         raise KeyError("from a recorded main")
 
 try:
@@ -104,7 +108,7 @@ except KeyError:
 @pytest.mark.timeout(200)
 def test_the_record_error_file_of_a_pool_job_is_read_into_the_failure(pool, tmp_path):
     script = tmp_path / "recorded.py"
-    script.write_text(RECORDED)
+    script.write_text(RECORDED.replace("GATE_DIR", str(tmp_path)))
     run = pool.submit_script(script, [])
     assert run.wait(timeout=120).state == "failed"
     env = json.loads(next(line for line in run.logs(0, "out").splitlines() if line.startswith("{")))
