@@ -213,6 +213,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--records", type=int, default=60)
     args = parser.parse_args()
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}, {os.cpu_count()} CPUs")
     met = True
     for ranks in [int(n) for n in args.ranks.split(",")]:
         met = measure(ranks, args) and met
@@ -237,7 +238,8 @@ def measure(ranks: int, args: argparse.Namespace) -> bool:
     refresh_ok = statistics.median(dict(rows)["incremental refresh (+10 records/rank)"]) <= target
     first_ok = ranks < 64 or dict(rows)["first refresh (read all, first draw)"][0] <= FIRST_TARGET_S * 1000
     latency_ok = bool(latencies) and pct(latencies, 0.95) < LATENCY_P95_TARGET_S
-    print(f"\n{ranks} ranks: incremental refresh target {'met' if refresh_ok else 'MISSED'}; first refresh "
+    print(f"\nload average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"{ranks} ranks: incremental refresh target {'met' if refresh_ok else 'MISSED'}; first refresh "
           f"{'met' if first_ok else 'MISSED'}; latency target {'met' if latency_ok else 'MISSED'}")
     return refresh_ok and first_ok and latency_ok
 
