@@ -112,7 +112,8 @@ def _batch(frame: pl.DataFrame, replaced: dict[bytes, int]) -> Batch | None:
         if series.dtype == polars.Float64:
             if (np.abs(array) >= _INT64).any():
                 return None  # e.g. 2**64 written as a whole number: the line rule drops it, polars made a float
-            array = _restore(array, found)
+            if replaced:  # no NaN or Infinity was swapped out: a sentinel's number is the writer's own
+                array = _restore(array, found)
         values[name] = array
         present[name] = series.is_not_null().to_numpy() if series.null_count() else None
     if {word: n for word, n in found.items() if n} != replaced or not _identity_ok(values, present):
