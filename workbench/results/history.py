@@ -35,7 +35,7 @@ LR_NAMES = ("lr", "learning_rate", "train/learning_rate", "lr-SGD", "lr-Adam", "
 """The learning rate, by the names jobs log it under (engine, Hugging Face, Lightning's LearningRateMonitor)."""
 TERMINAL = ("finished", "failed", "cancelled", "pruned")
 _ROWS: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
-"""folder -> (its files' sizes and times, its row): a finished run is read once per process."""
+"""folder -> (its files' sizes and times, its row): an ended run's row, kept in this process too."""
 
 
 def default_root() -> Path:
@@ -64,7 +64,9 @@ def runs(root: str | os.PathLike[str] | None = None) -> pd.DataFrame:
     config's train.lr and its value after scaling.rule, config jobs only), rule, steps, total_steps,
     loss_metric (the training loss the job logged: loss, train_loss, ...), last_loss and best_loss
     (that metric reduced across ranks), and the last validation metrics (val_* columns).  Whole numbers
-    are integers; a finished run is read once per process (again when one of its files changes)."""
+    are integers.  An ended run is read once: its row is kept in its folder (row.json) and in this
+    process, and read again only when a file it was read from changes (a resume, a restart); a running
+    run is read live."""
     import pandas as pd
 
     rows = [cached_row(folder) for folder in run_folders(root)]
