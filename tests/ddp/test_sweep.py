@@ -171,3 +171,5 @@ def test_ctrl_c_on_workbench_sweep_cancels_every_trial(tmp_path):
         assert_nothing_left(run.folder)
     meta = json.loads((folder.root / "sweep.json").read_text())
     assert meta["cancelled"]
+    seen = workbench.sweeps.Sweep.load(folder.root, resume=False)  # read only: drives nothing
+    assert set(seen.frame()["state"]) == {"cancelled"} and seen.count_done() == 0 and seen.done

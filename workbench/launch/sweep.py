@@ -29,7 +29,7 @@ from workbench.errors import ConfigError, SubmitError
 from workbench.launch import sweepspace as sp
 from workbench.launch.run import Run
 from workbench.launch.sweepstudy import label, make_pruner, make_sampler, optuna_module, storage, write_work
-from workbench.launch.sweepviews import Active, metric_values, state_named
+from workbench.launch.sweepviews import Active, counted, metric_values, state_named
 from workbench.proctree import Proc
 from workbench.runfolder.layout import SweepDir, safe_name
 
@@ -141,6 +141,8 @@ class Sweep:
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
         self.cancelled = False
+        self.readonly = False
+        """Opened with Sweep.load(folder, resume=False): another process drives it; this one reads."""
 
     def __repr__(self) -> str:
         return f"Sweep({str(self.folder)!r}, {self.count_done()}/{self.trials} trials done)"
@@ -173,6 +175,10 @@ class Sweep:
             self.error = exc
 
     def _step(self) -> None:
+        if (self.dir.read_meta() or {}).get("cancelled"):  # cancelled here, or from another process
+            self._stop.set()
+            self._cancel_active()
+            return
         with self._lock:
             for number in list(self.active):
                 self._poll(number)
@@ -183,6 +189,10 @@ class Sweep:
     def done(self) -> bool:
         """Every trial has an outcome (or the sweep was cancelled).  Read under the driver's lock: a
         trial asked for is counted before its run is started."""
+        if self.readonly:
+            meta = self.dir.read_meta() or {}
+            live = [t for t in self._trials() if t.state.name in ("RUNNING", "WAITING")]
+            return bool(meta.get("finished") or meta.get("cancelled")) or (not live and not self._can_ask())
         with self._lock:
             return self.cancelled or (not self.active and not self._can_ask())
 
@@ -190,7 +200,7 @@ class Sweep:
         """Block until every trial has an outcome (drives the sweep here if no thread does)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self.done and self.error is None:
-            if self._thread is None:
+            if self._thread is None and not self.readonly:
                 self._step()
             if on_poll is not None:
                 on_poll(self)
@@ -214,33 +224,40 @@ class Sweep:
                        if best else ""))
 
     def cancel(self) -> None:
-        """Stop the sweep: every running trial's run is cancelled (no process left), none starts."""
+        """Stop the sweep: every running trial's run is cancelled (no process left), none starts.
+        From a handle opened with resume=False, the driving process sees it at its next poll."""
+        self.dir.update_meta(cancelled=time.time())  # first: a driver elsewhere starts no new trial
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
+        if self.readonly:
+            for t in self._trials():
+                if t.state.name == "RUNNING" and t.user_attrs.get("run_dir"):
+                    Run.load(t.user_attrs["run_dir"]).cancel(by=f"sweep {self.name} cancelled")
+        self._cancel_active()
+        self._say(f"sweep {self.name} cancelled: every trial's run stopped")
+
+    def _cancel_active(self) -> None:
         with self._lock:
             for number, active in list(self.active.items()):
                 active.run.cancel(by=f"sweep {self.name} cancelled")
                 self._tell(number, active, "FAIL", outcome="cancelled")
             self.cancelled = True
-        self.dir.update_meta(cancelled=time.time())
-        self._say(f"sweep {self.name} cancelled: every trial's run stopped")
 
     # --- trials ----------------------------------------------------------------------------------
     def _trials(self) -> list[Any]:
         return self.study.get_trials(deepcopy=False)
 
     def count_done(self) -> int:
-        return sum(1 for t in self._trials() if t.state.is_finished() and not t.user_attrs.get("requeued"))
+        return sum(1 for t in self._trials() if t.state.is_finished() and counted(t))
 
     def _can_ask(self) -> bool:
         from optuna.trial import TrialState
 
         found = self._trials()
-        counted = [t for t in found if not t.user_attrs.get("requeued")]
         if any(t.state == TrialState.WAITING for t in found):
             return True
-        return len(counted) < self.trials and not self.cancelled
+        return sum(1 for t in found if counted(t)) < self.trials and not self.cancelled
 
     def _can_start(self) -> bool:
         if not self._can_ask():
@@ -398,6 +415,7 @@ class Sweep:
 
         sweep = open_sweep(cls, SweepDir(Path(folder)), pool, sampler, pruner, stop_with_caller, on_event)
         if not resume:
+            sweep.readonly = True
             return sweep
         reattach(sweep)
         return sweep.start(background)

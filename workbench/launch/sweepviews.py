@@ -37,6 +37,14 @@ def state_named(name: str) -> Any:
     return TrialState[name]
 
 
+NOT_COUNTED = ("requeued", "cancelled")
+"""Outcomes of trials that do not count towards the sweep's number (a resume runs their values again)."""
+
+
+def counted(trial: Any) -> bool:
+    return trial.user_attrs.get("outcome") not in NOT_COUNTED
+
+
 LABELS = {"COMPLETE": "finished", "PRUNED": "pruned", "WAITING": "queued", "RUNNING": "running", "FAIL": "failed"}
 
 
@@ -63,8 +71,6 @@ def _row(sweep: Sweep, t: Any, metric: str) -> dict[str, Any]:
            f"{metric}_last": t.value if t.value is not None else (series[-1] if series else None),
            "steps": attrs.get("steps"), "seconds": attrs.get("seconds"),
            "start_latency_s": attrs.get("start_latency_s"), "run": attrs.get("run_dir")}
-    if attrs.get("requeued"):
-        row["state"] = "requeued"
     active = sweep.active.get(t.number)
     if active is not None and t.state.name == "RUNNING":
         status = active.run.status()
@@ -110,7 +116,13 @@ def reattach(sweep: Sweep) -> None:
     if driving(meta):
         raise SubmitError(f"sweep {sweep.folder} is driven by pid {meta['driver']['pid']}, still running; follow it "
                           "with Sweep.load(folder, resume=False), or cancel it there")
-    sweep.dir.update_meta(finished=None, cancelled=None)
+    again = [t for t in sweep.study.get_trials(deepcopy=False) if t.user_attrs.get("outcome") == "cancelled"
+             and t.number not in (meta.get("requeued") or [])]
+    for t in again:  # cancelled with the sweep (Ctrl-C, sweep.cancel()): their values run again
+        sweep.study.enqueue_trial(dict(t.params), skip_if_exists=False)
+        sweep._say(f"trial {t.number} queued again: it was cancelled with the sweep")
+    sweep.dir.update_meta(finished=None, cancelled=None,
+                          requeued=[*(meta.get("requeued") or []), *(t.number for t in again)])
     for t in sweep.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
         trial = optuna.trial.Trial(sweep.study, t._trial_id)
         run_dir = t.user_attrs.get("run_dir")
@@ -122,7 +134,6 @@ def reattach(sweep: Sweep) -> None:
                                              reported=last, last=t.intermediate_values.get(last))
             sweep._say(f"trial {t.number} followed again ({state}): {run_dir}")
             continue
-        trial.set_user_attr("requeued", True)
         trial.set_user_attr("outcome", "requeued")
         sweep.study.tell(trial, state=state_named("FAIL"))
         sweep.study.enqueue_trial(dict(t.params), skip_if_exists=False)
@@ -153,7 +164,7 @@ def sweep_row(folder: SweepDir) -> dict[str, Any]:
         found = study.get_trials(deepcopy=False)
     except Exception:  # noqa: BLE001 - one unreadable sweep must not hide the others
         return row
-    done = [t for t in found if t.state.is_finished() and not t.user_attrs.get("requeued")]
+    done = [t for t in found if t.state.is_finished() and counted(t)]
     complete = [t for t in found if t.state.name == "COMPLETE"]
     row["done"] = len(done)
     if complete:
