@@ -195,5 +195,7 @@ def sweeps(root: str | os.PathLike[str] | None = None) -> pd.DataFrame:
     from workbench.results.history import default_root
 
     rows = [sweep_row(d) for d in sweeps_under(root if root is not None else default_root())]
-    return pd.DataFrame(rows, columns=["name", "folder", "created", "metric", "direction", "done", "trials",
-                                       "best", "best_trial", "driving", "executor"])
+    frame = pd.DataFrame(rows, columns=["name", "folder", "created", "metric", "direction", "done", "trials",
+                                        "best", "best_trial", "driving", "executor"])
+    frame["created"] = pd.to_datetime(frame["created"], unit="s", utc=True, errors="coerce")
+    return frame
