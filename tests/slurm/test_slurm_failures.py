@@ -17,7 +17,7 @@ import pytest
 
 import workbench
 from tests.support import SCRIPTS
-from tests.support.lifecycle import CLI, ENDLESS, assert_nothing_left, wait_for_step, wait_until
+from tests.support.lifecycle import CLI, ENDLESS, assert_nothing_left, run_processes, wait_for_step, wait_until
 from workbench.config import JobConfig
 from workbench.errors import SubmitError
 
@@ -146,4 +146,5 @@ def test_show_of_a_running_job_without_accounting_is_one_line_and_exit_2(slurm_c
         assert "Bypassing" not in shown.stderr and "Traceback" not in shown.stderr
     finally:
         run.cancel()
-    _job_gone(run)
+    assert run.wait(timeout=120).state == "cancelled"
+    wait_until(lambda: not run_processes(run.folder), 60, "scancel's end of the job's processes (KillWait)")
