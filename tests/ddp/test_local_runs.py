@@ -13,6 +13,7 @@ import pytest
 
 import workbench
 from tests.support.lifecycle import ENDLESS, report, run_processes, wait_for_step
+from tests.support.runs import local_cfg
 from tests.support.tasks_for_tests import failing_at, gated
 from workbench.config import JobConfig
 
@@ -20,19 +21,11 @@ pytestmark = [pytest.mark.ddp, pytest.mark.timeout(240)]
 
 
 def _cfg(tmp_path: Path, **train) -> JobConfig:
-    return JobConfig.from_dict({
-        "task": {"name": "synthetic", "options": {"n_train": 2048, "n_val": 256, "dropout": 0.1}},
-        "train": {"micro_batch_size": 16, "max_steps": 40, "checkpoint_every_steps": 10, "lr": 1e-2,
-                  "schedule": "cosine", "warmup_steps": 5, **train},
-        "dist": {"procs_per_node": 2, "timeout_s": 60},
-        "launch": {"run_root": str(tmp_path / "runs"), "time_limit": "10"},
-    })
+    return local_cfg(tmp_path, **train)
 
 
-def test_run_trains_every_rank_and_writes_results(tmp_path):
-    run = workbench.submit(_cfg(tmp_path))
-    status = run.wait(timeout=180)
-    assert status.state == "finished", run.exception()
+def test_run_trains_every_rank_and_writes_results(finished_run):
+    run = finished_run
     frame = run.metrics()
     assert set(frame["rank"]) == {0, 1}
     assert frame.groupby("rank")["step"].max().tolist() == [40, 40]
@@ -48,8 +41,8 @@ def test_run_trains_every_rank_and_writes_results(tmp_path):
     assert not run_processes(run.folder)
 
 
-def test_resume_after_a_crash_reproduces_the_uninterrupted_losses(tmp_path):
-    reference = workbench.submit(_cfg(tmp_path))
+def test_resume_after_a_crash_reproduces_the_uninterrupted_losses(tmp_path, finished_run):
+    reference = finished_run  # the same job, never interrupted
     crashed = workbench.submit(_cfg(tmp_path), task=functools.partial(failing_at, 25 + 1, n_train=2048,
                                                                        n_val=256, dropout=0.1))
     assert crashed.wait(timeout=180).state == "failed"
@@ -61,7 +54,6 @@ def test_resume_after_a_crash_reproduces_the_uninterrupted_losses(tmp_path):
 
     resumed = workbench.submit(_cfg(tmp_path), run_dir=crashed.folder)
     assert resumed.wait(timeout=180).state == "finished", resumed.exception()
-    assert reference.wait(timeout=180).state == "finished"
     want = reference.metrics().set_index(["rank", "step"])["loss"]
     got = resumed.metrics().set_index(["rank", "step"])["loss"]
     assert list(got.index) == list(want.index)

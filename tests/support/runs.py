@@ -28,6 +28,18 @@ def tiny_cfg(tmp_path: Path, **train) -> JobConfig:
     })
 
 
+def local_cfg(root: Path, **train) -> JobConfig:
+    """The 2-rank job of tests/ddp/test_local_runs.py (40 steps, a checkpoint every 10, cosine schedule with
+    warm-up, parameter checks every 10 steps); the `finished_run` fixture (tests/ddp/conftest.py) runs it once."""
+    return JobConfig.from_dict({
+        "task": {"name": "synthetic", "options": {"n_train": 2048, "n_val": 256, "dropout": 0.1}},
+        "train": {"micro_batch_size": 16, "max_steps": 40, "checkpoint_every_steps": 10, "lr": 1e-2,
+                  "schedule": "cosine", "warmup_steps": 5, **train},
+        "dist": {"procs_per_node": 2, "timeout_s": 60, "check_every_steps": 10},
+        "launch": {"run_root": str(root / "runs"), "time_limit": "10"},
+    })
+
+
 def write_run(root: Path, name: str, world: int, rule: str, steps: int = 40, final: str = "finished") -> Path:
     cfg = JobConfig.from_dict({"train": {"micro_batch_size": 8}, "scaling": {"rule": rule},
                                "dist": {"procs_per_node": world}, "launch": {"run_root": str(root)}})
