@@ -76,6 +76,7 @@ def sweep(cfg: JobConfig, space: Mapping[str, Any], *, trials: int | None = None
     points = sp.grid_points(space) if sp.is_grid(space) else []  # type: ignore[arg-type]
     first = sp.apply_params(cfg, points[0] if points else {f: _corner(v) for f, v in space.items()})
     _check_target(first, pool, space, cfg)
+    made_sampler, made_pruner = make_sampler(sampler, space), make_pruner(pruner)  # a bad name: nothing made
     folder = SweepDir.new(cfg.launch.run_root, safe_name(name or cfg.launch.name or cfg.task.name)).create()
     cfg.to_yaml(folder.config)
     write_work(folder, task, fn, fn_args)
@@ -85,7 +86,7 @@ def sweep(cfg: JobConfig, space: Mapping[str, Any], *, trials: int | None = None
                        sampler=label(sampler, "grid" if points else "tpe"), pruner=label(pruner, "median"),
                        created=time.time())
     study = optuna.create_study(storage=storage(folder), study_name="sweep", direction=direction,
-                                sampler=make_sampler(sampler, space), pruner=make_pruner(pruner))
+                                sampler=made_sampler, pruner=made_pruner)
     return Sweep(folder, study, space, cfg, trials=trials or len(points), parallel=parallel, metric=metric,
                  task=task, fn=fn, fn_args=fn_args, pool=pool, stop_with_caller=stop_with_caller,
                  on_event=on_event).start(background)
