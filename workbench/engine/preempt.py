@@ -1,8 +1,9 @@
 """Preemption and time limits: checkpoint at a step boundary that every rank agrees on, then requeue.
 
 SLURM (and submitit's local controller) send SIGUSR2 some time before the limit.  The handler
-only sets a flag; the flag rides on the next logged step's loss all-reduce, so all ranks see it at
-the same step, save one checkpoint together, and stop.  Rank 0 then hands over to submitit's own
+only sets a flag; the flag rides on the step log's next loss all-reduce (one for several steps, at
+least every 10: engine/steplog.py), so all ranks see it at the same step, save one checkpoint
+together, and stop.  Rank 0 then hands over to submitit's own
 handler, which requeues the job; the next attempt resumes from that checkpoint."""
 
 from __future__ import annotations

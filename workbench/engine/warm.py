@@ -143,7 +143,7 @@ def _next_job(pool: PoolDir, number: int) -> dict[str, Any]:
 
 # --- a run job ---------------------------------------------------------------------------------
 def run_in_folder(job: dict[str, Any], rank: int, number: int) -> dict[str, Any]:
-    """The cold worker's work for the run folder, with this rank's output in that folder's logs;
+    """The cold worker's job for the run folder, with this rank's output in that folder's logs;
     the process state a job may change is put back after it."""
     run_dir = str(job["run_dir"])
     fresh_rngs()
