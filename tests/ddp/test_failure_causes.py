@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -177,31 +178,10 @@ def test_a_hung_rank_is_named_with_its_frame_and_ends_the_run(tmp_path):
     assert_nothing_left(run.folder)
 
 
-RECORDED = """
-import json, os, time
-from torch.distributed.elastic.multiprocessing.errors import record
-
-@record
-def main():
-    names = ("TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_SIGNALS_TO_HANDLE", "TORCH_NCCL_ASYNC_ERROR_HANDLING")
-    print(json.dumps({name: os.environ.get(name) for name in names}))
-    printed = os.path.join("GATE_DIR", "printed-" + os.environ["RANK"])
-    open(printed, "w").close()
-    if os.environ["RANK"] == "1":
-        while not os.path.exists(printed[:-1] + "0"):  # rank 0 has printed: its line is not lost with it
-            time.sleep(0.01)
-        raise KeyError("from a recorded main")
-
-try:
-    main()
-except KeyError:
-    os._exit(3)  # gone without a word of its own: only @record's error file says what happened
-"""
-
 
 def test_torchrun_variables_and_the_record_error_file_are_read_into_the_failure(tmp_path):
     script = tmp_path / "recorded.py"
-    script.write_text(RECORDED.replace("GATE_DIR", str(tmp_path)))
+    shutil.copy(SCRIPTS / "recorded.py", script)
     run = workbench.submit_script(script, [], cfg(tmp_path), nproc=2)
     assert run.wait(timeout=180).state == "failed"
     for rank in (0, 1):

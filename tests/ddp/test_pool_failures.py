@@ -7,6 +7,7 @@ replaced by a fresh one; nothing is left once the pool is closed."""
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 from pathlib import Path
 
@@ -83,32 +84,11 @@ def test_unflushed_prints_in_a_pool_are_live_and_interleaved(pool, tmp_path):
     assert "out 1" in run.logs(0, "out") and "err 1" in run.logs(0, "err") and "out 1" not in run.logs(0, "err")
 
 
-RECORDED = """
-import json, os, time
-from torch.distributed.elastic.multiprocessing.errors import record
-
-@record
-def main():
-    names = ("TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_SIGNALS_TO_HANDLE", "TORCH_NCCL_ASYNC_ERROR_HANDLING")
-    print(json.dumps({name: os.environ.get(name) for name in names}))
-    printed = os.path.join("GATE_DIR", "printed-" + os.environ["RANK"])
-    open(printed, "w").close()
-    if os.environ["RANK"] == "1":
-        while not os.path.exists(printed[:-1] + "0"):  # rank 0 has printed: its line is not lost with it
-            time.sleep(0.01)
-        raise KeyError("from a recorded main")
-
-try:
-    main()
-except KeyError:
-    os._exit(3)  # gone without a word of its own: only @record's error file says what happened
-"""
-
 
 @pytest.mark.timeout(200)
 def test_the_record_error_file_of_a_pool_job_is_read_into_the_failure(pool, tmp_path):
     script = tmp_path / "recorded.py"
-    script.write_text(RECORDED.replace("GATE_DIR", str(tmp_path)))
+    shutil.copy(SCRIPTS / "recorded.py", script)
     run = pool.submit_script(script, [])
     assert run.wait(timeout=120).state == "failed"
     env = json.loads(next(line for line in run.logs(0, "out").splitlines() if line.startswith("{")))

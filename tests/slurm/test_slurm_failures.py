@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import pytest
 import workbench
 from tests.support import SCRIPTS
 from tests.support.lifecycle import CLI, ENDLESS, assert_nothing_left, run_processes, wait_for_step, wait_until
+from tests.support.slurm_cluster import closed_port
 from workbench.config import JobConfig
 from workbench.errors import SubmitError
 
@@ -25,20 +25,6 @@ pytestmark = [pytest.mark.slurm, pytest.mark.timeout(400)]
 
 FAULTS = SCRIPTS / "faults.py"
 ENGINE_FRAMES = ("workbench/engine", "workbench/launch", "submitit", "runpy", "RankFailed")
-RECORDED = """
-import os
-from torch.distributed.elastic.multiprocessing.errors import record
-
-@record
-def main():
-    if os.environ["RANK"] == "1":
-        raise KeyError("from a recorded main")
-
-try:
-    main()
-except KeyError:
-    os._exit(3)  # gone without a word of its own: only @record's error file says what happened
-"""
 
 
 def _cfg(tmp_path: Path, cluster, **dist) -> JobConfig:
@@ -89,7 +75,7 @@ def test_a_hung_rank_on_slurm_is_named_with_its_frame(slurm_cluster, tmp_path):
 
 def test_the_record_error_file_on_slurm_is_read_into_the_failure(slurm_cluster, tmp_path):
     script = tmp_path / "recorded.py"
-    script.write_text(RECORDED)
+    shutil.copy(SCRIPTS / "recorded.py", script)
     run = workbench.submit_script(script, [], _cfg(tmp_path, slurm_cluster))
     assert run.wait(timeout=300).state == "failed"
     failure = run.exception()
@@ -101,16 +87,10 @@ def test_the_record_error_file_on_slurm_is_read_into_the_failure(slurm_cluster, 
 # --- SLURM's accounting does not answer ---------------------------------------------------------------
 
 
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])  # closed again when the block ends: nothing listens there
-
-
 @pytest.fixture
 def no_accounting(tmp_path: Path) -> dict[str, str]:
     """The environment of a login node whose SLURM controller and accounting database do not answer."""
-    port = _closed_port()
+    port = closed_port()
     conf = tmp_path / "slurm.conf"
     conf.write_text(f"ClusterName=nowhere\nSlurmctldHost=localhost(127.0.0.1)\nSlurmctldPort={port}\n"
                     "AuthType=auth/munge\nAccountingStorageType=accounting_storage/slurmdbd\n"

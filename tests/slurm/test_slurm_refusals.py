@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.support import REPO
+from tests.support.slurm_cluster import closed_port
 from workbench.errors import SubmitError
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(240)]
@@ -26,17 +26,11 @@ needs_clients = pytest.mark.skipif(shutil.which("sbatch") is None or shutil.whic
                                    reason="no SLURM client binaries (sbatch, scancel) on PATH")
 
 
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])  # closed again when the block ends: nothing listens there
-
-
 @pytest.fixture
 def unreachable(tmp_path: Path) -> dict[str, str]:
     """The environment of a login node whose SLURM controller does not answer."""
     conf = tmp_path / "slurm.conf"
-    conf.write_text(f"ClusterName=nowhere\nSlurmctldHost=localhost(127.0.0.1)\nSlurmctldPort={_closed_port()}\n"
+    conf.write_text(f"ClusterName=nowhere\nSlurmctldHost=localhost(127.0.0.1)\nSlurmctldPort={closed_port()}\n"
                     "AuthType=auth/munge\nMessageTimeout=2\n"  # clients give up on the controller in 2 s, not 10
                     "NodeName=n1 CPUs=1 State=UNKNOWN\n"
                     "PartitionName=debug Nodes=n1 Default=YES State=UP\n")

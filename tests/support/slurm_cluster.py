@@ -24,8 +24,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 STATE_DIR = Path("/tmp/workbench-slurm")
 STATE_FILE = STATE_DIR / "pids"  # JSON: owner, daemons, backed-up files, /etc/hosts lines added
@@ -230,6 +230,13 @@ def _free_ports(count: int) -> list[int]:
     raise RuntimeError(f"no {count} free ports above {FIRST_PORT}")
 
 
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then closed again): a controller that does not answer."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def _port_open(port: int) -> bool:
     try:
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
@@ -263,13 +270,13 @@ class SlurmCluster:
         self.ports: dict[str, int] = {}
         self._state: dict | None = None
 
-    def __enter__(self) -> "SlurmCluster":
+    def __enter__(self) -> SlurmCluster:
         return self.start()
 
     def __exit__(self, *exc_info) -> None:
         self.stop()
 
-    def start(self) -> "SlurmCluster":
+    def start(self) -> SlurmCluster:
         """Start every daemon and wait until all nodes are idle; on failure stop them and raise RuntimeError."""
         stop_leftovers()
         owner = _live_owner(_load_state())
