@@ -281,7 +281,7 @@ def test_cli_table(tmp_path, capsys):
     assert col["warmup_steps"] == ["5000", "10000", "20000", "40000"]
     assert [float(v) for v in col["lr"]] == pytest.approx([5e-5, 1e-4, 2e-4, 4e-4])
     assert col["steps_per_epoch"] == ["1562", "781", "390", "195"]
-    assert col["selected"] == ["False", "True", "False", "False"]  # default procs_per_node is 2
+    assert col["selected"] == ["no", "yes", "no", "no"]  # default procs_per_node is 2
 
 
 def test_cli_table_options(tmp_path, capsys):

@@ -154,7 +154,10 @@ def cmd_table(args: argparse.Namespace) -> int:
     cfg = load_config(args)
     sizes = parse_world_sizes(args.world_sizes, "--world-sizes")
     table = scaling_table(cfg, sizes, rule=args.rule, dataset_size=args.dataset_size, compare_rules=args.compare)
-    print(table.to_string(index=False))
+    shown = table.assign(  # for people: no 1.000000, None or False
+        selected=table["selected"].map({True: "yes", False: "no"}),
+        steps_per_epoch=table["steps_per_epoch"].map(lambda v: "—" if v is None or v != v else str(int(v))))
+    print(table_for_people(shown, index=False))
     return 0
 
 
