@@ -15,11 +15,11 @@ LAYERS = {"unit": "unit", "process": "process", "ddp": "ddp", "slurm": "slurm", 
 """Folder under tests/ -> the marker every test in it carries."""
 
 
-SHARED = {"slurm_cluster": "machine", "jupyter_lab": "browser", "chromium": "browser"}
-"""Session fixture -> the xdist group of every test that uses it.  Under `-n` (pytest-xdist, `--dist loadgroup`)
-each group runs in one worker, beside the rest: the browser tests share one JupyterLab; group "machine" holds
-what the machine and the checkout have once: the SLURM test cluster (it owns /etc/slurm), and the README
-and notebooks run in place (they share the checkout's runs/ folders, and notebook 03 needs the cluster)."""
+GROUPS = {"slurm": "machine", "notebooks": "machine", "browser": "browser"}
+"""Folder -> the xdist group its tests run in.  Under `-n` (pytest-xdist, `--dist loadgroup`) each group runs
+in one worker, beside the rest: the browser tests share one JupyterLab; group "machine" holds what the
+machine and the checkout have once: the SLURM test cluster (it owns /etc/slurm; only tests/slurm and
+notebook 03 use it), and the README and notebooks run in place (they share the checkout's runs/ folders)."""
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
@@ -29,10 +29,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         folder = Path(str(item.fspath)).relative_to(here).parts[0]
         if folder in LAYERS:
             item.add_marker(getattr(pytest.mark, LAYERS[folder]))
-        group = next((SHARED[name] for name in getattr(item, "fixturenames", ()) if name in SHARED), None)
-        if group is None and (item.get_closest_marker("slurm") or folder == "notebooks"):
-            group = "machine"
-        if group is None and folder == "browser":
-            group = "browser"
+        group = GROUPS.get(folder)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
