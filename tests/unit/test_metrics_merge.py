@@ -297,6 +297,42 @@ def test_the_columnar_path_and_the_line_rule_give_the_same_frame(tmp_path, monke
     pd.testing.assert_frame_equal(fast.frame(), slow.frame())
 
 
+def test_a_cold_read_of_several_large_ranks_in_two_threads_equals_the_line_rule(tmp_path, monkeypatch):
+    """Ranks with more than a columnar block waiting are read by two threads (RankFrames._read_tails):
+    the frame, the damaged-line count and the warning naming the line are those of one thread reading
+    every line by the line rule."""
+    from workbench.runfolder import fastjson
+
+    folder = tmp_path / "metrics"
+    for rank in range(3):
+        lines = [json.dumps({"rank": rank, "step": step, "epoch": 0, "time": 1e9 + step, "loss": 1.0 / step,
+                             "lr": 1e-3, "comm_wait_s": math.nan, "samples_per_s": 320.5 + rank, "attempt": 0,
+                             "padding_to_make_the_file_large": 0.123456789}) for step in range(1, 1501)]
+        if rank == 1:
+            lines[700] = lines[700][:40]  # a torn line in the middle of rank 1
+        (folder / f"rank{rank}.jsonl").parent.mkdir(exist_ok=True)
+        (folder / f"rank{rank}.jsonl").write_text("\n".join(lines) + "\n")
+        assert (folder / f"rank{rank}.jsonl").stat().st_size > MetricTail.COLUMNAR_MIN_BYTES
+    threads = []
+    real_read = MetricTail.read_batches
+    monkeypatch.setattr(MetricTail, "read_batches",
+                        lambda self: threads.append(__import__("threading").current_thread().name) or real_read(self))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DamagedFileWarning)
+        fast = RankFrames(folder)
+        fast.poll()
+    assert all(name.startswith("workbench-read") for name in threads) and len(threads) == 3
+    assert fast.skipped == 1 and _named_lines(caught) == {("rank1", 701)}
+    monkeypatch.setattr(MetricTail, "read_batches", real_read)
+    monkeypatch.setattr(fastjson, "read_block", lambda block, max_line_bytes=0: None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DamagedFileWarning)
+        slow = RankFrames(folder)
+        slow.poll()
+    pd.testing.assert_frame_equal(fast.frame(), slow.frame())
+    assert len(fast.frame()) == 3 * 1500 - 1
+
+
 @pytest.mark.parametrize("line", DAMAGED + ODD, ids=repr)
 def test_each_odd_line_among_clean_records_reads_as_the_line_rule_says(tmp_path, line):
     """One odd line in a block of clean records: the block is read as the line rule reads it, whether

@@ -77,8 +77,9 @@ def _replace_words(block: bytes) -> tuple[bytes | None, dict[bytes, int]]:
         if word[:1] in block and word in block:  # one byte first: a memchr, nearly free when absent
             if text in block:
                 return None, {}
-            replaced[word] = block.count(word)
-            block = block.replace(word, text)
+            longer = block.replace(word, text)
+            replaced[word] = (len(longer) - len(block)) // (len(text) - len(word))  # no second pass to count
+            block = longer
     return block, replaced
 
 

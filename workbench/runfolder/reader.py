@@ -166,6 +166,13 @@ class MetricTail(JsonlTail):
                 batches.append(batch)
             start = end
 
+    def pending(self) -> int:
+        """Bytes appended since the last poll (0 when the file is gone)."""
+        try:
+            return max(0, os.stat(self.path).st_size - self.offset)
+        except OSError:
+            return 0
+
     def _count_lines(self, upto: int) -> None:
         """Count the lines between the last counted offset and `upto` (read back from the file)."""
         if upto <= self._counted_to:
@@ -281,8 +288,8 @@ class RankFrames:
                 if rank is not None and rank not in self.tails:
                     self.tails[rank] = MetricTail(path)
         new = 0
-        for rank, tail in sorted(self.tails.items()):
-            for batch in tail.read_batches():
+        for rank, batches in self._read_tails(sorted(self.tails.items())):
+            for batch in batches:
                 self.frames.add(rank, batch)
                 new += len(batch)
         self.skipped = sum(tail.skipped for tail in self.tails.values())
@@ -290,6 +297,20 @@ class RankFrames:
             self.records += new
             self.version += 1
         return new
+
+    @staticmethod
+    def _read_tails(tails: list[tuple[int, MetricTail]]) -> Iterator[tuple[int, list[Batch]]]:
+        """Each rank's new batches, in rank order.  When several ranks have a columnar block waiting (a
+        cold read of a run), two threads read them: one reads a file's bytes and checks them while the
+        other is in polars' parser; both let go of the GIL there."""
+        big = [rank for rank, tail in tails if tail.pending() >= MetricTail.COLUMNAR_MIN_BYTES]
+        if len(big) < 2 or (os.cpu_count() or 1) < 2:
+            yield from ((rank, tail.read_batches()) for rank, tail in tails)
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(2, thread_name_prefix="workbench-read") as pool:
+            yield from zip((rank for rank, _ in tails), pool.map(lambda item: item[1].read_batches(), tails))
 
     def columns(self, names: Iterable[str]) -> dict[int, dict[str, Any]]:
         """rank -> {name: numpy array} for the named columns each rank has (no DataFrame is made)."""
