@@ -37,6 +37,8 @@ class FieldSpec:
     container: type | None = None
     """dict or list for yaml fields (an empty text means an empty one)."""
     doc: str = ""
+    number: str = ""
+    """"int" or "float" for a number field (Optional ones included): it may hold several values (a sweep)."""
 
     @property
     def name(self) -> str:
@@ -73,7 +75,7 @@ def field_spec(path: str, hint: Any, doc: str = "") -> FieldSpec:
     kind = {bool: "bool", int: "int", float: "float", str: "text"}.get(base, "yaml")
     if kind in ("bool", "int") and optional:
         kind = "yaml"  # Optional[int] -> Text, where empty means None
-    return FieldSpec(path, section, kind, optional, doc=doc)
+    return FieldSpec(path, section, kind, optional, doc=doc, number={int: "int", float: "float"}.get(base, ""))
 
 
 def _strip_optional(hint: Any) -> tuple[Any, bool]:

@@ -1,5 +1,9 @@
 """ConfigForm: every JobConfig field as a widget, grouped by section, validated as a whole when a
-field is committed (Enter, Tab or a click elsewhere), never on a keystroke on the way."""
+field is committed (Enter, Tab or a click elsewhere), never on a keystroke on the way.
+
+A numeric field given several values ("1e-3, 3e-3" or "loguniform(1e-4, 1e-2)", as the CLI's --grid
+and --search write them), or a choice field switched to several values, makes the form a sweep:
+`.space` holds the swept fields, `.config` is the first point (workbench.ui.sweepform)."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import ipywidgets as w
 
 from workbench.config.sections import JobConfig
 from workbench.errors import ConfigError
+from workbench.ui import sweepform
 from workbench.ui.fields import (
     FieldSpec,
     config_fields,
@@ -48,7 +53,9 @@ def make_widget(spec: FieldSpec, value: Any) -> w.ValueWidget:
 
 
 class FieldRow:
-    """One field: its widget, a ✘ mark, the doc in small muted text, and the problem written under it."""
+    """One field: its widget, a ✘ mark, the doc in small muted text, and the problem written under it.
+    A choice field that can be swept has a "several" toggle: on, a text of its values replaces the
+    dropdown ("adamw, sgd")."""
 
     def __init__(self, spec: FieldSpec, value: Any):
         self.spec = spec
@@ -57,10 +64,40 @@ class FieldRow:
         doc = w.HTML(f'<span style="color:var(--jp-ui-font-color2,#666);font-size:85%">{html.escape(spec.doc)}'
                      "</span>", layout=w.Layout(flex="1 1 200px", width="auto", min_width="200px"))
         self.error = w.HTML(layout=w.Layout(display="none", margin="0 0 4px 194px"))
-        line = w.HBox([self.widget, self.mark, doc], layout=w.Layout(flex_flow="row wrap"))
+        self.several: w.ToggleButton | None = None
+        self.values: w.Text | None = None
+        own = [self.widget]
+        if spec.kind == "choice" and sweepform.sweepable(spec):
+            self._add_several(spec)
+            own = [self.widget, self.values, self.several]
+        line = w.HBox([*own, self.mark, doc], layout=w.Layout(flex_flow="row wrap"))
         self.box = w.VBox([line, self.error])
 
+    def _add_several(self, spec: FieldSpec) -> None:
+        self.values = w.Text(description=spec.name, tooltip=spec.doc, continuous_update=False,
+                             placeholder=", ".join(map(str, spec.choices)), style=_DESCRIPTION,
+                             layout=w.Layout(width="408px", display="none"))
+        self.several = w.ToggleButton(value=False, icon="list", tooltip=f"sweep several values of {spec.path}",
+                                      layout=w.Layout(width="32px"))
+        self.several.observe(self._on_several, names="value")
+
+    def _on_several(self, change: Any) -> None:
+        on = bool(change["new"])
+        if on and self.values is not None and not self.values.value.strip():
+            self.values.value = str(self.widget.value)  # start from the value the dropdown shows
+        self.widget.layout.display = "none" if on else ""
+        if self.values is not None:
+            self.values.layout.display = "" if on else "none"
+
+    def raw(self) -> Any:
+        """What the user gave: the widget's value, or the text of several values."""
+        if self.several is not None and self.several.value and self.values is not None:
+            return self.values.value
+        return self.widget.value
+
     def set(self, value: Any) -> None:
+        if self.several is not None:
+            self.several.value = False
         self.widget.value = to_widget(self.spec, value)
 
     def show(self, problems: list[str]) -> None:
@@ -82,12 +119,15 @@ class ConfigForm:
         self.rows = {spec.path: FieldRow(spec, get_path(cfg, spec.path)) for spec in self.specs}
         self.last_valid: JobConfig | None = None
         self._problems: list[str] = []
+        self._space: dict[str, sweepform.Values] = {}
         self._callbacks: list[Callable[[JobConfig], None]] = []
         self._checked: list[Callable[[list[str]], None]] = []
         self._holding = False
         self._build_widgets()
         for row in self.rows.values():
-            row.widget.observe(self._on_change, names="value")
+            for widget in (row.widget, row.values, row.several):
+                if widget is not None:
+                    widget.observe(self._on_change, names="value")
         self._update()
 
     # --- widgets ---------------------------------------------------------------------------------
@@ -123,6 +163,12 @@ class ConfigForm:
         return cfg  # type: ignore[return-value]
 
     @property
+    def space(self) -> dict[str, sweepform.Values]:
+        """The fields given several values ({} for one config): a list (a grid) or a range, as
+        workbench.sweep takes them.  `.config` is then the first point."""
+        return dict(self._space)
+
+    @property
     def problems(self) -> list[str]:
         """The form's problems, with the messages of JobConfig validation (empty when valid)."""
         return list(self._problems)
@@ -151,30 +197,50 @@ class ConfigForm:
         return cfg
 
     def save_yaml(self, path: str | Path) -> Path:
-        self.config.to_yaml(Path(path))
+        cfg = self.config
+        if self._space:
+            raise ConfigError([f"{next(iter(self._space))}: holds several values (a sweep) and a YAML file "
+                               "holds one config; give one value to save, or run the sweep from a terminal "
+                               "with workbench sweep CONFIG.yaml --grid FIELD=V1,V2"])
+        cfg.to_yaml(Path(path))
         return Path(path)
 
     # --- validation ------------------------------------------------------------------------------
-    def _collect(self) -> tuple[dict[str, Any], list[str]]:
+    def _collect(self) -> tuple[dict[str, Any], dict[str, sweepform.Values], list[str]]:
+        """The single values as plain data, the swept fields' values (left out of the data), problems."""
         data: dict[str, Any] = {}
+        space: dict[str, sweepform.Values] = {}
         problems: list[str] = []
         for path, row in self.rows.items():
-            value, problem = from_widget(row.spec, row.widget.value)
+            raw = row.raw()
+            if sweepform.several(row.spec, raw):
+                values, found = sweepform.swept_values(row.spec, raw)
+                problems += found
+                if values is not None:
+                    space[path] = values
+                continue
+            value, problem = from_widget(row.spec, raw)
             if problem:
                 problems.append(problem)
             else:
                 set_path(data, path, value)
-        return data, problems
+        return data, space, problems
 
     def _validate(self) -> tuple[JobConfig | None, list[str]]:
-        data, problems = self._collect()
+        """The config (the first point of a sweep) and every problem: the single values' as
+        JobConfig says them, then each swept value checked like a single value."""
+        data, self._space, problems = self._collect()
+        cfg: JobConfig | None
         try:
-            cfg = JobConfig.from_dict(data)
+            cfg = JobConfig.from_dict(data)  # swept fields at their defaults: the base every value is tried on
         except ConfigError as exc:
             return None, problems + exc.problems
         if problems:
             return None, problems
         found = cfg.problems()
+        if not found and self._space:
+            found = sweepform.check_values(cfg, self._space)
+            cfg, found = (None, found) if found else sweepform.first_config(cfg, self._space)
         return (None if found else cfg), found
 
     def _on_change(self, _change: Any) -> None:

@@ -1,7 +1,11 @@
-"""Workbench: config form -> scaling table -> Submit -> live dashboard of the submitted run."""
+"""Workbench: config form -> scaling table -> Submit -> live dashboard of the submitted run.
+
+A field given several values ("1e-3, 3e-3") turns Submit into "Sweep N trials": workbench.sweep runs
+them, and a SweepView of the sweep (live table, figure, Cancel) takes the dashboard's place."""
 
 from __future__ import annotations
 
+import functools
 import html
 import threading
 from collections.abc import Callable
@@ -11,14 +15,20 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as w
 
 from workbench.errors import ConfigError
+from workbench.ui import sweepform
 from workbench.ui.dashboard import Dashboard
 from workbench.ui.form import ConfigForm
 from workbench.ui.scaling_view import ScalingView
+from workbench.ui.sweepview import SweepView
 
 if TYPE_CHECKING:
     from workbench.config.sections import JobConfig
     from workbench.launch.pool import Pool
     from workbench.launch.run import Run
+    from workbench.launch.sweep import Sweep
+
+SWEEP_NOTE = ("color:var(--jp-ui-font-color1,#222);border-left:3px solid #1976d2;padding:0 6px;margin:2px 0;"
+              "line-height:1.4")
 
 
 class Workbench:
@@ -39,6 +49,10 @@ class Workbench:
         self.dashboard: Dashboard | None = None
         self.runs: list[Run] = []
         self.dashboards: dict[str, Dashboard] = {}
+        self.sweeps: list[Sweep] = []
+        """Every sweep started from the form (fields given several values); `.sweep_view` the last one's view."""
+        self.sweep_view: SweepView | None = None
+        self.sweep_views: dict[str, SweepView] = {}
         self._submitting = False
         self.executor = w.ToggleButtons(options=["local", "slurm"], description="executor",
                                         tooltip="launch.executor: where the ranks run")
@@ -59,6 +73,7 @@ class Workbench:
         self.status = w.HTML(self._idle_status)
         self._refused = False
         """The status line says "not submitted" (problems): it goes when the form is valid again."""
+        self._build_sweep_controls()
         self.form.observe_problems(self._on_checked)
         self.picker = w.Dropdown(description="run", options=[], layout=w.Layout(display="none", width="520px"))
         self.picker.observe(lambda change: self._show(change["new"]), names="value")
@@ -67,12 +82,53 @@ class Workbench:
         # scrolls in its own box, so the table stays in view while fields are edited.
         form_box = w.VBox([w.HTML("<h4>Config</h4>"), self.form.widget],
                           layout=w.Layout(flex="1 1 560px", min_width="420px", max_height="620px", overflow="auto"))
-        side = w.VBox([w.HTML("<h4>Scaling</h4>"), self.scaling.widget,
+        side = w.VBox([w.HTML("<h4>Scaling</h4>"), self.sweep_note, self.scaling.widget, self.sweep_controls,
                        w.HBox([self.executor, self.submit_button]),
                        w.HBox([self.keep_warm, self.close_pool_button]), self.status],
                       layout=w.Layout(flex="1 1 440px", min_width="380px", margin="0 0 0 12px"))
         top = w.HBox([form_box, side], layout=w.Layout(flex_flow="row wrap", align_items="flex-start"))
         self.widget = w.VBox([top, self.picker, self.run_box])
+        self._sync_mode()
+
+    def _build_sweep_controls(self) -> None:
+        """trials, parallel and metric for workbench.sweep, and the note saying what the sweep is:
+        shown while a field holds several values."""
+        narrow = {"description_width": "initial"}
+        self.trials = w.Text(description="trials", placeholder="all", continuous_update=False, style=narrow,
+                             tooltip="how many trials (a range needs it; empty: every grid point)",
+                             layout=w.Layout(width="130px"))
+        self.parallel = w.Text(value="1", description="parallel", continuous_update=False, style=narrow,
+                               tooltip="trials running at once", layout=w.Layout(width="110px"))
+        self.metric = w.Text(value="val_loss", description="metric", continuous_update=False, style=narrow,
+                             tooltip="the metric to optimise and prune on (val_loss, loss, ...)",
+                             layout=w.Layout(width="190px"))
+        for control in (self.trials, self.parallel, self.metric):
+            control.observe(lambda _change: self._sync_mode(), names="value")
+        self.sweep_problems = w.HTML()
+        self.sweep_note = w.HTML(layout=w.Layout(display="none"))
+        self.sweep_controls = w.VBox([w.HBox([self.trials, self.parallel, self.metric]), self.sweep_problems],
+                                     layout=w.Layout(display="none"))
+
+    def _sweep_options(self) -> tuple[sweepform.SweepOptions | None, list[str]]:
+        return sweepform.read_options(self.form.space, self.trials.value, self.parallel.value, self.metric.value)
+
+    def _sync_mode(self) -> None:
+        """A plain Submit for one config; "Sweep N trials", the note and the controls for several values."""
+        space = self.form.space
+        options, problems = self._sweep_options() if space else (None, [])
+        shown = "" if space else "none"
+        self.sweep_controls.layout.display = self.sweep_note.layout.display = shown
+        if space:
+            trials = options.trials if options is not None else None
+            point = (f"; the table shows the first point ({sweepform.first_point(space)})"
+                     if not self.form.problems else "")
+            self.sweep_note.value = (f"<div class='wb-sweep-note' style='{SWEEP_NOTE}'>"
+                                     f"{html.escape(sweepform.summary(space, trials) + point)}</div>")
+            self.sweep_problems.value = "".join(f"<div class='wb-sweep-problem'>{_message(p, ok=False)}</div>"
+                                                for p in problems)
+        if not self._submitting:
+            self.submit_button.description = sweepform.button_label(space, options)
+            self.submit_button.icon = "th" if space else "play"
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         return self.widget._repr_mimebundle_(**kwargs)
@@ -83,15 +139,19 @@ class Workbench:
         if self._submitting:
             return
         self._submitting = True
-        self.submit_button.disabled, self.submit_button.description = True, "Submitting…"
-        threading.Thread(target=self._submit_in_background, name="workbench-submit", daemon=True).start()
+        sweeping = bool(self.form.space)
+        self.submit_button.disabled, self.submit_button.description = True, "Starting…" if sweeping else "Submitting…"
+        action = self.sweep if sweeping else self.submit
+        threading.Thread(target=self._submit_in_background, args=(action,), name="workbench-submit",
+                         daemon=True).start()
 
-    def _submit_in_background(self) -> None:
+    def _submit_in_background(self, action: Callable[[], Any]) -> None:
         try:
-            self.submit()
+            action()
         finally:
             self._submitting = False
-            self.submit_button.disabled, self.submit_button.description = False, "Submit"
+            self.submit_button.disabled = False
+            self._sync_mode()
 
     def submit(self) -> Run | None:
         """Submit the form's config; problems are shown in the form (never raised).  Returns the Run."""
@@ -99,6 +159,9 @@ class Workbench:
 
         try:
             cfg = self.form.config
+            if self.form.space:
+                raise ConfigError([f"{', '.join(self.form.space)}: several values make a sweep; click "
+                                   "Sweep (Workbench.sweep()), or give one value to submit one run"])
             target: Any = self._warm_pool(cfg) if self.keep_warm.value else workbench
             if self.fn is not None:
                 run = target.submit_fn(self.fn, *self.fn_args, cfg=cfg, **self.fn_kwargs)
@@ -115,8 +178,45 @@ class Workbench:
         self._add_run(run)
         return run
 
+    def sweep(self) -> Sweep | None:
+        """Sweep the fields the form gives several values (workbench.sweep, with the trials, parallel
+        and metric controls); problems are shown in the form (never raised).  Returns the Sweep."""
+        import workbench
+
+        try:
+            cfg, space = self.form.config, self.form.space
+            options, problems = self._sweep_options()
+            if not space:
+                raise ConfigError(["sweep: no field holds several values; write e.g. 1e-3, 3e-3 in train.lr"])
+            if options is None:
+                raise ConfigError(problems)
+            fn = functools.partial(self.fn, **self.fn_kwargs) if self.fn is not None and self.fn_kwargs else self.fn
+            sweep = workbench.sweep(cfg, space, trials=options.trials, parallel=options.parallel,
+                                    metric=options.metric, pool=self._warm_pool(cfg) if self.keep_warm.value else None,
+                                    task=self.task, fn=fn, fn_args=self.fn_args)
+        except ConfigError as exc:
+            self.form.show_problems(exc.problems, "sweep not started - fix these first:")
+            self.status.value = _message("sweep not started: the form has problems (listed in the form)", ok=False)
+            self._refused = True
+            return None
+        except Exception as exc:  # noqa: BLE001 - a button callback: show it, don't lose it in a log
+            self.status.value = _message(f"sweep failed: {type(exc).__name__}: {exc}", ok=False)
+            return None
+        self._add_sweep(sweep)
+        return sweep
+
+    def _add_sweep(self, sweep: Sweep) -> None:
+        self.sweeps.append(sweep)
+        self.sweep_view = SweepView(sweep)
+        self.sweep_views[str(sweep.folder)] = self.sweep_view
+        self._list_views(str(sweep.folder))
+        self._refused = False
+        self.status.value = _message(f"sweep started: {sweep.folder}", ok=True)
+
     def _on_checked(self, problems: list[str]) -> None:
-        """After each check of the form: a "not submitted" about problems clears once there are none."""
+        """After each check of the form: a "not submitted" about problems clears once there are none;
+        the button and the sweep controls follow the form (one value or several)."""
+        self._sync_mode()
         if self._refused and not problems:
             self._refused = False
             ready = _message("the form's config is valid: ready to submit", ok=True)
@@ -149,15 +249,24 @@ class Workbench:
         key = str(run.folder)
         self.runs.append(run)
         self.dashboards[key] = Dashboard(run)
-        self.picker.options = [(Path(str(r.folder)).name, str(r.folder)) for r in reversed(self.runs)]
-        self.picker.layout.display = "" if len(self.runs) > 1 else "none"
-        self.picker.value = key  # shows its dashboard
-        self._show(key)
+        self._list_views(key)
         self._refused = False
         self.status.value = _message(f"submitted {run.folder}", ok=True)
 
+    def _list_views(self, key: str) -> None:
+        """The picker lists every run and sweep started here, newest first, and shows `key`'s view."""
+        shown = [*self.dashboards, *self.sweep_views]
+        self.picker.options = [(Path(k).name, k) for k in reversed(shown)]
+        self.picker.layout.display = "" if len(shown) > 1 else "none"
+        self.picker.value = key  # shows its view
+        self._show(key)
+
     def _show(self, key: str | None) -> None:
-        """Show the dashboard of the run `key` (its folder); every submitted run keeps its own."""
+        """Show the dashboard of the run `key` (its folder), or the view of the sweep `key`; every
+        submitted run and sweep keeps its own."""
+        if key is not None and key in self.sweep_views:
+            self.run_box.children = [self.sweep_views[key].widget]
+            return
         if key is None or key not in self.dashboards:
             return
         self.dashboard = self.dashboards[key]
