@@ -12,6 +12,7 @@ import workbench
 from workbench.config import JobConfig
 from workbench.errors import ConfigError
 from workbench.launch import sweepspace as sp
+from workbench.launch.sweepscript import SweptScript
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -185,3 +186,119 @@ def test_without_optuna_the_sweep_names_the_extra(monkeypatch, tmp_path):
     with pytest.raises(ConfigError) as err:
         workbench.sweep(_cfg(tmp_path), {"train.lr": [1e-3]})
     assert len(err.value.problems) == 1 and 'pip install "workbench[sweep]"' in str(err.value)
+
+
+# --- what is swept: a script's options (args.*), a function's arguments (fn.*), a factory's options ----------
+
+
+@pytest.mark.parametrize("base, params, argv", [
+    (["--lr", "0.5", "--steps", "2"], {"args.lr": 1e-3}, ["--lr", "0.001", "--steps", "2"]),  # replaced in place
+    (["--lr=0.5"], {"args.lr": 1e-2}, ["--lr=0.01"]),
+    (["--steps", "2"], {"args.lr": 1e-3, "dist.nodes": 1}, ["--steps", "2", "--lr", "0.001"]),  # appended
+    (["--steps", "2", "--", "data.txt"], {"args.amp": True}, ["--steps", "2", "--amp", "true", "--", "data.txt"]),
+    (["--lr", "--steps", "2"], {"args.lr": 3}, ["--lr", "3", "--steps", "2"]),  # a --lr without value
+    ([], {"args.batch-size": 16, "args.optim": "sgd"}, ["--batch-size", "16", "--optim", "sgd"]),
+    (["--lrs", "1"], {"args.lr": 1e-4}, ["--lrs", "1", "--lr", "0.0001"]),  # --lrs is another option
+])
+def test_a_script_option_replaces_its_base_argument_or_follows_them(base, params, argv):
+    assert sp.script_argv(base, params) == argv
+
+
+def _script(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("import workbench\n")
+    return SweptScript.given(script, ["--epochs", "1"])
+
+
+def _train(steps, lr=0.1):
+    return steps, lr
+
+
+@pytest.mark.parametrize("space, kind, words", [
+    ({"args.lr": [1e-3]}, {}, ["space['args.lr']", "args.* fields are a swept script's options (--lr)",
+                               "pass script='train.py'"]),
+    ({"args.lr": [1e-3]}, {"fn": _train}, ["space['args.lr']", "this sweep runs a function: sweep 'fn.lr'"]),
+    ({"fn.lr": [1e-3]}, {"script": True}, ["space['fn.lr']", "this sweep runs a script: sweep 'args.lr' (--lr)"]),
+    ({"train.lr": [1e-3]}, {"script": True}, ["space['train.lr']", "a script does not read the train section",
+                                              "sweep its own argument instead, e.g. 'args.lr' (--lr)"]),
+    ({"task.options.hidden": [8]}, {"fn": _train}, ["a function does not read the task section", "'fn.hidden'"]),
+    ({"args.lr": [None]}, {"script": True}, ["space['args.lr']", "None is not a command-line value"]),
+    ({"args.lr": [1e-3]}, {"fn": _train, "script": True}, ["sweep: fn= and script= given", "sweep one thing"]),
+])
+def test_a_field_that_means_nothing_to_what_is_swept_is_one_line(tmp_path, space, kind, words):
+    if kind.get("script"):
+        kind = {**kind, "script": _script(tmp_path)}
+    with pytest.raises(ConfigError) as err:
+        sp.check_space(_cfg(tmp_path), sp.normalised(space), kind.get("fn"), task=kind.get("task"),
+                       script=kind.get("script"))
+    assert len(err.value.problems) == 1, err.value.problems
+    for word in words:
+        assert word in str(err.value)
+
+
+def test_a_script_sweeps_its_options_and_the_sections_it_gets(tmp_path):
+    space = sp.normalised({"args.lr": [1e-3, 1e-2], "args.batch-size": sp.int_range(8, 32),
+                           "dist.procs_per_node": [1, 2], "launch.time_limit": ["10"]})
+    sp.check_space(_cfg(tmp_path), space, script=_script(tmp_path))
+    assert sp.apply_params(_cfg(tmp_path), {"args.lr": 1e-3}) == _cfg(tmp_path)  # not a config field
+
+
+def test_a_swept_script_is_resolved_named_and_kept_as_json(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "my-train.py").write_text("")
+    swept = SweptScript.given("sub/my-train.py", ("--epochs", "1"))
+    assert (swept.path, swept.args, swept.cwd) == (str(tmp_path / "sub" / "my-train.py"), ("--epochs", "1"),
+                                                  str(tmp_path))
+    assert SweptScript.from_json(swept.to_json()) == swept and SweptScript.from_json(None) is None
+    cfg = swept.base_config(_cfg(tmp_path))
+    assert cfg.task.name == "<script my-train>" and cfg.launch.name == "my-train"
+    assert swept.base_config(_cfg(tmp_path).replace(launch__name="mine")).launch.name == "mine"
+
+
+def _factory(width, depth=1):
+    return width, depth
+
+
+def test_a_factory_sweep_binds_its_swept_options_and_leaves_the_built_in_ones(tmp_path):
+    base = _cfg(tmp_path).replace(task__options={"n_train": 512, "hidden": 8})  # the built-in task's options
+    cfg = sp.factory_config(base, _factory)
+    assert cfg.task.name.endswith("_factory>") and cfg.task.options == {}
+    sp.check_space(cfg, sp.normalised({"task.options.width": [4, 8], "train.lr": [1e-3]}), task=_factory)
+    assert sp.apply_params(cfg, {"task.options.width": 4}).task.options == {"width": 4}
+    with pytest.raises(ConfigError, match=r"space: task.options: _factory\(\) does not take height .*fix the space"):
+        sp.check_space(cfg, sp.normalised({"task.options.height": [4]}), task=_factory)
+    with pytest.raises(ConfigError, match=r"_factory\(\) needs width, which task.options does not set"):
+        sp.check_space(cfg, sp.normalised({"task.options.depth": [2]}), task=_factory)
+    own = sp.factory_config(base.replace(task__options={"width": 3}), _factory)
+    assert own.task.options == {"width": 3}  # options the factory takes are its own: kept
+
+
+def test_a_swept_option_the_named_task_does_not_take_is_one_line(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        sp.check_space(_cfg(tmp_path), sp.normalised({"task.options.width": [4]}))
+    assert len(err.value.problems) == 1 and "the built-in task synthetic does not take width" in str(err.value)
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"script": "nope.py"}, ["script: nope.py does not exist", "no file", "give the path"]),
+    ({"script_args": ["--epochs", "1"]}, ["script_args: ['--epochs', '1'] given without script="]),
+    ({"script": "train.py", "script_args": "--epochs 1"}, ["script_args: '--epochs 1' is not a list of strings"]),
+    ({"script": "train.py", "script_args": ["--epochs", 1]}, ["is not a list of strings"]),
+    ({"script": "train.py", "fn": _train}, ["sweep: fn= and script= given"]),
+    ({"script": "train.py", "space": {"train.lr": [1e-3]}}, ["a script does not read the train section"]),
+    ({"space": {"args.lr": [1e-3]}}, ["args.* fields are a swept script's options"]),
+    ({"fn": _train, "space": {"fn.momentum": [0.9]}}, ["_train takes no argument 'momentum'"]),
+    ({"task": _factory, "space": {"task.options.height": [4]}}, ["_factory() does not take height"]),
+])
+def test_a_bad_script_function_or_factory_sweep_fails_before_anything_is_made(tmp_path, monkeypatch, kwargs, words):
+    pytest.importorskip("optuna")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("import workbench\n")
+    space = kwargs.pop("space", {"args.lr": [1e-3]} if "script" in kwargs else {"train.lr": [1e-3]})
+    with pytest.raises(ConfigError) as err:
+        workbench.sweep(_cfg(tmp_path), space, **kwargs)
+    assert len(err.value.problems) == 1, err.value.problems
+    for word in words:
+        assert word in str(err.value)
+    assert not (tmp_path / "runs").exists()

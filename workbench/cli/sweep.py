@@ -1,4 +1,6 @@
-"""`workbench sweep CONFIG --grid train.lr=1e-3,3e-3 [--search FIELD=loguniform(A,B)] ...` and
+"""`workbench sweep CONFIG --grid train.lr=1e-3,3e-3 [--search FIELD=loguniform(A,B)] ...`,
+`workbench sweep [CONFIG] --script train.py --grid args.lr=1e-3,1e-2 -- ARGS` (a script's options,
+its base arguments after `--`, as `workbench launch train.py --nproc 2 -- ARGS`) and
 `workbench sweep --resume FOLDER`: a sweep driven by this command, one line per trial event.  The
 command owns its trials: Ctrl-C (SIGINT, SIGTERM, SIGHUP) cancels every one; killed outright, its
 trials' runs stop with it (the study stays: `--resume FOLDER` queues them again)."""
@@ -15,7 +17,11 @@ from workbench.errors import ConfigError
 def add_sweep_parser(sub: Any) -> None:
     sweep = sub.add_parser("sweep", help="search a config space with one run per trial (Optuna: grid, TPE, "
                            "pruning); needs the sweep extra")
-    sweep.add_argument("config", nargs="?", help="YAML config file (the base of every trial)")
+    sweep.add_argument("config", nargs="?", help="YAML config file (the base of every trial; optional with --script)")
+    sweep.add_argument("--script", metavar="SCRIPT.py", help="sweep a torchrun-style script's options, run as "
+                       "workbench launch runs it: --grid args.lr=1e-3,1e-2 is --lr VALUE; its base arguments "
+                       "follow --, e.g. --script train.py --grid args.lr=1e-3,1e-2 -- --epochs 1")
+    sweep.add_argument("--nproc", type=int, help="ranks per node (dist.procs_per_node)")
     sweep.add_argument("--grid", action="append", default=[], metavar="FIELD=V1,V2,...",
                        help="a field's values, e.g. --grid train.lr=1e-3,3e-3 (repeatable: every combination)")
     sweep.add_argument("--search", action="append", default=[], metavar="FIELD=DIST(A,B)",
@@ -64,17 +70,19 @@ def _start(args: argparse.Namespace) -> tuple[Any, Any]:
     from workbench.launch.sweep import Sweep, sweep
     from workbench.launch.sweepspace import parse_assignments
 
+    script_args = _script_args(args)
     if args.resume:
         return Sweep.load(args.resume, background=False, stop_with_caller=True, on_event=_line), None
-    if not args.config:
-        raise ConfigError(["sweep: give the base config (workbench sweep CONFIG.yaml --grid ...) or --resume FOLDER"])
+    if not args.config and not args.script:
+        raise ConfigError(["sweep: give the base config (workbench sweep CONFIG.yaml --grid ...), a script "
+                           "(--script train.py --grid args.lr=...) or --resume FOLDER"])
     space = parse_assignments(args.grid, args.search)
     if not space:
         raise ConfigError(["--grid: give at least one swept field, e.g. --grid train.lr=1e-3,3e-3 or "
                            "--search train.lr=loguniform(1e-4,1e-2)"])
-    from workbench.config.sections import JobConfig
+    from workbench.cli.commands import load_config
 
-    cfg = JobConfig.from_yaml(args.config, args.set)
+    cfg = load_config(args)  # the file (or the defaults, for a script) with --set and --nproc
     executor = args.sweep_executor
     pool = None
     if executor == "pool":
@@ -85,11 +93,24 @@ def _start(args: argparse.Namespace) -> tuple[Any, Any]:
         started = sweep(cfg, space, trials=args.trials, parallel=args.parallel, metric=args.metric,
                         direction=args.direction, pruner=args.prune, pool=pool,
                         executor=None if executor in (None, "pool") else executor, name=args.name,
-                        background=False, stop_with_caller=True, on_event=_line)
+                        script=args.script, script_args=script_args, background=False,
+                        stop_with_caller=True, on_event=_line)
     except BaseException:
         _close(pool)
         raise
     return started, pool
+
+
+def _script_args(args: argparse.Namespace) -> list[str]:
+    """What follows `--`: the swept script's base arguments."""
+    given = list(getattr(args, "script_args", None) or [])
+    if given and args.resume:
+        raise ConfigError([f"-- {' '.join(given)}: a resumed sweep runs its script with the arguments it was made "
+                           "with (its sweep.json); leave out what follows --"])
+    if given and not args.script:
+        raise ConfigError([f"-- {' '.join(given)}: arguments after -- are a swept script's; give the script "
+                           "(--script train.py), or leave them out"])
+    return given
 
 
 def _close(pool: Any) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,8 +28,9 @@ from workbench.config.validate import LOCAL_RANKS_PER_CORE
 from workbench.errors import ConfigError, SubmitError
 from workbench.launch import sweepspace as sp
 from workbench.launch.run import Run
+from workbench.launch.sweepscript import SweptScript
 from workbench.launch.sweepstudy import label, make_pruner, make_sampler, optuna_module, storage, write_work
-from workbench.launch.sweepviews import Active, counted, metric_values, state_named
+from workbench.launch.sweepviews import Active, counted, metric_values, missing_metric, state_named
 from workbench.proctree import Proc
 from workbench.runfolder.layout import SweepDir, safe_name
 
@@ -61,18 +62,23 @@ def sweep(cfg: JobConfig, space: Mapping[str, Any], *, trials: int | None = None
           metric: str = "val_loss", direction: str = "minimize", sampler: Any = None, pruner: Any = None,
           pool: Pool | None = None, executor: str | None = None, name: str | None = None,
           task: Callable[..., Any] | None = None, fn: Callable[..., Any] | None = None, fn_args: tuple[Any, ...] = (),
+          script: str | Path | None = None, script_args: Sequence[str] = (),
           background: bool = True, stop_with_caller: bool = False,
           on_event: Callable[[str], None] | None = None) -> Sweep:
     """Search `space` ({field: [values]} for a grid, {field: workbench.sweeps.loguniform(a, b)} for a
     sampled range) with one run per trial and return the Sweep at once (its driver runs in a thread;
     `background=False`: the caller drives it with `wait()`).  `metric` is an eval metric (val_loss,
     val_<name>) or a logged one (loss), reported to the pruner at each eval or logged step.  `task`
-    sweeps a task factory (fields task.options.*), `fn` a function run by submit_fn (fields fn.*)."""
+    sweeps a task factory (fields task.options.*), `fn` a function run by submit_fn (fields fn.*),
+    `script` a torchrun-style script run as submit_script runs it, with `script_args` (fields args.*:
+    args.lr is --lr VALUE; the script logs its metric with workbench.log)."""
     optuna = optuna_module()
     space = sp.normalised(space)
     cfg = cfg.replace(launch__executor=executor) if executor else cfg
     _check_arguments(trials, parallel, direction, space)
-    sp.check_space(cfg, space, fn)
+    swept = _swept_script(script, script_args, task, fn)
+    cfg = _base_config(cfg, task, fn, swept)
+    sp.check_space(cfg, space, fn, task=task, script=swept)
     points = sp.grid_points(space) if sp.is_grid(space) else []  # type: ignore[arg-type]
     first = sp.apply_params(cfg, points[0] if points else {f: _corner(v) for f, v in space.items()})
     _check_target(first, pool, space, cfg)
@@ -84,12 +90,33 @@ def sweep(cfg: JobConfig, space: Mapping[str, Any], *, trials: int | None = None
                        trials=trials or len(points), parallel=parallel,
                        executor="pool" if pool else cfg.launch.executor,
                        sampler=label(sampler, "grid" if points else "tpe"), pruner=label(pruner, "median"),
-                       created=time.time())
+                       script=swept.to_json() if swept else None, created=time.time())
     study = optuna.create_study(storage=storage(folder), study_name="sweep", direction=direction,
                                 sampler=made_sampler, pruner=made_pruner)
     return Sweep(folder, study, space, cfg, trials=trials or len(points), parallel=parallel, metric=metric,
-                 task=task, fn=fn, fn_args=fn_args, pool=pool, stop_with_caller=stop_with_caller,
+                 task=task, fn=fn, fn_args=fn_args, script=swept, pool=pool, stop_with_caller=stop_with_caller,
                  on_event=on_event).start(background)
+
+
+def _swept_script(script: str | Path | None, script_args: Sequence[str], task: Any, fn: Any) -> SweptScript | None:
+    if script is None:
+        if script_args:
+            raise ConfigError([f"script_args: {list(script_args)!r} given without script=; pass the script they are "
+                               "for (script='train.py'), or leave them out"])
+        return None
+    sp.check_kind({}, task=task, fn=fn, script=script)  # one thing swept, said before the script is looked for
+    return SweptScript.given(script, script_args)
+
+
+def _base_config(cfg: JobConfig, task: Any, fn: Any, script: SweptScript | None) -> JobConfig:
+    """The config every trial starts from, named as submit names the job (a factory, function or script)."""
+    if script is not None:
+        return script.base_config(cfg)
+    if fn is not None:
+        from workbench.launch.submit import fn_job
+
+        return fn_job(fn, (), {}, cfg)[0]
+    return sp.factory_config(cfg, task) if task is not None else cfg
 
 
 def _check_arguments(trials: int | None, parallel: int, direction: str, space: Mapping[str, Any]) -> None:
@@ -128,11 +155,13 @@ class Sweep:
 
     def __init__(self, folder: SweepDir, study: optuna.Study, space: dict[str, Any], cfg: JobConfig, *,
                  trials: int, parallel: int, metric: str, task: Any = None, fn: Any = None,
-                 fn_args: tuple[Any, ...] = (), pool: Pool | None = None, stop_with_caller: bool = False,
-                 on_event: Callable[[str], None] | None = None):
+                 fn_args: tuple[Any, ...] = (), script: SweptScript | None = None, pool: Pool | None = None,
+                 stop_with_caller: bool = False, on_event: Callable[[str], None] | None = None):
         self.dir, self.study, self.space, self.cfg = folder, study, space, cfg
         self.trials, self.parallel, self.metric = trials, parallel, metric
         self.task, self.fn, self.fn_args, self.pool = task, fn, fn_args, pool
+        self.script = script
+        """The swept script (script=), its base arguments and working folder; None for other sweeps."""
         self.stop_with_caller, self.on_event = stop_with_caller, on_event
         self.events: list[str] = []
         """One line per trial event (started, pruned, finished, failed), as the CLI prints them."""
@@ -297,6 +326,8 @@ class Sweep:
     def _submit(self, cfg: JobConfig, params: dict[str, Any], run_dir: Path) -> Run:
         from workbench.launch.submit import submit, submit_fn
 
+        if self.script is not None:
+            return self.script.submit(cfg, params, run_dir, self.pool, self.stop_with_caller)
         kwargs = sp.fn_kwargs(params)
         if self.pool is not None:
             if self.fn is not None:
@@ -337,7 +368,7 @@ class Sweep:
                       f"{best.value:.4g})")
             return
         if state == "finished":
-            why = f"it never logged {self.metric}; set metric= to one it logs (loss, val_loss, ...)"
+            why, state = missing_metric(active.run, self.metric), "failed"
             self._tell(number, active, "FAIL", outcome="failed", error=why)
         else:
             failure = active.run.exception() if state == "failed" else None
@@ -415,6 +446,7 @@ class Sweep:
         from workbench.launch.sweepviews import open_sweep, reattach
 
         sweep = open_sweep(cls, SweepDir(Path(folder)), pool, sampler, pruner, stop_with_caller, on_event)
+        sweep.script = SweptScript.from_json((sweep.dir.read_meta() or {}).get("script"))
         if not resume:
             sweep.readonly = True
             return sweep

@@ -3,7 +3,10 @@ the config before any trial starts.  Plain Python (no Optuna): the sampler reads
 `suggest`, the CLI through `parse_assignment`.
 
 Fields are config paths ("train.lr", "dist.procs_per_node", "task.options.hidden") or, for a swept
-function (`workbench.sweep(cfg, space, fn=train)`), "fn.<keyword>"."""
+function (`workbench.sweep(cfg, space, fn=train)`), "fn.<keyword>", and for a swept script
+(`workbench.sweep(cfg, space, script="train.py")`), "args.<name>": its option --<name>.  What is
+swept (the engine's config, a task factory, a function or a script) decides which fields mean
+something: `check_kind` refuses the others before any trial starts."""
 
 from __future__ import annotations
 
@@ -19,6 +22,12 @@ from workbench.errors import ConfigError
 
 FN_PREFIX = "fn."
 """Fields of a swept function's keyword arguments."""
+ARGS_PREFIX = "args."
+"""Fields of a swept script's options: args.lr is `--lr VALUE` on its command line."""
+OPTIONS_PREFIX = "task.options."
+"""Fields of the task factory's options (a built-in task, a named factory or task=)."""
+ENGINE_SECTIONS = ("task", "data", "train", "scaling", "log")
+"""Config sections only the engine reads: a function or a script gets dist.* and launch.* alone."""
 MAX_GRID_POINTS = 10_000
 """A grid larger than this is a typo (a range of floats written as a list), not a plan."""
 
@@ -95,6 +104,10 @@ def _bounded(kind: str, low: float, high: float, positive: bool = False) -> Dist
 # --- the space as a whole ----------------------------------------------------------------------
 
 
+_FIELD = r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+|args\.[A-Za-z_][\w-]*"
+"""section.field[.key], or args.NAME where NAME may have dashes as an option does (args.batch-size)."""
+
+
 def normalised(space: Mapping[str, Any]) -> dict[str, list[Any] | Distribution]:
     """The space with every value a list or a Distribution; one ConfigError line per bad entry."""
     if not isinstance(space, Mapping) or not space:
@@ -103,7 +116,7 @@ def normalised(space: Mapping[str, Any]) -> dict[str, list[Any] | Distribution]:
     out: dict[str, list[Any] | Distribution] = {}
     problems = []
     for field, values in space.items():
-        if not isinstance(field, str) or not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+", field):
+        if not isinstance(field, str) or not re.fullmatch(_FIELD, field):
             problems.append(f"space: {field!r} is not a field; write section.field, e.g. 'train.lr'")
         elif isinstance(values, Distribution):
             out[field] = values
@@ -132,11 +145,11 @@ def grid_points(space: Mapping[str, list[Any]]) -> list[dict[str, Any]]:
 
 
 def apply_params(cfg: JobConfig, params: Mapping[str, Any]) -> JobConfig:
-    """cfg with the swept config fields set (fn.* fields are the function's, not the config's);
-    ConfigError naming the field when a value does not fit it."""
+    """cfg with the swept config fields set (fn.* and args.* fields are the function's and the
+    script's, not the config's); ConfigError naming the field when a value does not fit it."""
     data = cfg.to_dict()
     for field, value in params.items():
-        if field.startswith(FN_PREFIX):
+        if field.startswith((FN_PREFIX, ARGS_PREFIX)):
             continue
         node = data
         *parents, leaf = field.split(".")
@@ -158,12 +171,45 @@ def fn_kwargs(params: Mapping[str, Any]) -> dict[str, Any]:
     return {k[len(FN_PREFIX):]: v for k, v in params.items() if k.startswith(FN_PREFIX)}
 
 
-def check_space(cfg: JobConfig, space: Mapping[str, list[Any] | Distribution], fn: Any = None) -> None:
-    """Every grid point and every distribution's bounds are valid configs (before any trial starts)."""
-    if fn is None and any(f.startswith(FN_PREFIX) for f in space):
-        bad = next(f for f in space if f.startswith(FN_PREFIX))
-        raise ConfigError([f"space[{bad!r}]: fn.* fields are a swept function's arguments; pass fn= to "
-                           "workbench.sweep, or sweep a config field"])
+def script_argv(base: Sequence[str], params: Mapping[str, Any]) -> list[str]:
+    """A trial's script arguments: each args.NAME field is `--NAME VALUE`, in place of the base
+    arguments' own --NAME (written `--NAME V` or `--NAME=V`), else added after them."""
+    argv = list(base)
+    for field, value in params.items():
+        if field.startswith(ARGS_PREFIX):
+            argv = _with_option(argv, "--" + field[len(ARGS_PREFIX):], arg_text(value))
+    return argv
+
+
+def _with_option(argv: list[str], flag: str, text: str) -> list[str]:
+    out: list[str] = []
+    i, found = 0, False
+    while i < len(argv):
+        token = argv[i]
+        if token == "--":  # what follows a bare -- is the script's positional text: keep it last
+            break
+        if token == flag or token.startswith(flag + "="):
+            out += [f"{flag}={text}"] if "=" in token else [flag, text]
+            has_value = token == flag and i + 1 < len(argv) and not argv[i + 1].startswith("--")
+            i, found = i + (2 if has_value else 1), True
+            continue
+        out.append(token)
+        i += 1
+    return out + ([] if found else [flag, text]) + argv[i:]
+
+
+def arg_text(value: Any) -> str:
+    """A swept value as the script's command line gets it: 0.001, 16, true, adamw."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def check_space(cfg: JobConfig, space: Mapping[str, list[Any] | Distribution], fn: Any = None, *,
+                task: Any = None, script: Any = None) -> None:
+    """Every field means something to what is swept (check_kind), and every grid point and every
+    distribution's bounds are valid configs whose task options bind (before any trial starts)."""
+    check_kind(space, fn=fn, task=task, script=script)
     if fn is not None:
         _check_fn_fields(fn, [f for f in space if f.startswith(FN_PREFIX)])
     lists = {f: v if isinstance(v, list) else v.corners() for f, v in space.items()}
@@ -171,10 +217,73 @@ def check_space(cfg: JobConfig, space: Mapping[str, list[Any] | Distribution], f
         grid_points(lists)  # its size
     for field, values in lists.items():  # each value alone: the error names the field that is wrong
         for value in values:
+            if field.startswith(ARGS_PREFIX) and not isinstance(value, (str, int, float)):
+                raise ConfigError([f"space[{field!r}]: {value!r} is not a command-line value; give text, a "
+                                   "number or true/false"])
             apply_params(cfg, {field: value}).check()
     if is_grid(space):
         for point in grid_points(lists):  # combinations (e.g. a world size with a batch)
             apply_params(cfg, point).check()
+    _check_task_options(cfg, lists, task)
+
+
+def check_kind(space: Mapping[str, Any], *, fn: Any = None, task: Any = None, script: Any = None) -> None:
+    """One thing is swept (the engine's config, task=, fn= or script=) and each field means something
+    to it: fn.* only with fn=, args.* only with script=, and no section a function or script never
+    reads (train.lr would run the same trial twice).  One ConfigError line per field that does not."""
+    given = [name for name, value in (("task", task), ("fn", fn), ("script", script)) if value is not None]
+    if len(given) > 1:
+        raise ConfigError([f"sweep: {' and '.join(g + '=' for g in given)} given; sweep one thing: a task factory "
+                           "(task=), a function (fn=) or a script (script=)"])
+    kind = given[0] if given else "config"
+    problems = [p for p in (_kind_problem(f, kind) for f in space) if p]
+    if problems:
+        raise ConfigError(problems)
+
+
+def _kind_problem(field: str, kind: str) -> str | None:
+    section, _, rest = field.partition(".")
+    name = rest.rsplit(".", 1)[-1]
+    if section == "fn" and kind != "fn":
+        return f"space[{field!r}]: fn.* fields are a swept function's arguments; " + (
+            f"this sweep runs a script: sweep 'args.{name}' (--{name}) instead" if kind == "script" else
+            "pass fn= to workbench.sweep, or sweep a config field")
+    if section == "args" and kind != "script":
+        return f"space[{field!r}]: args.* fields are a swept script's options (--{name}); " + (
+            f"this sweep runs a function: sweep 'fn.{name}' instead" if kind == "fn" else
+            "pass script='train.py' to workbench.sweep (workbench sweep --script train.py), or sweep a config field")
+    if kind in ("fn", "script") and section in ENGINE_SECTIONS:
+        own = f"'fn.{name}'" if kind == "fn" else f"'args.{name}' (--{name})"
+        return (f"space[{field!r}]: a {'function' if kind == 'fn' else 'script'} does not read the {section} section "
+                f"(only dist.* and launch.* reach it); sweep its own argument instead, e.g. {own}")
+    return None
+
+
+def _check_task_options(cfg: JobConfig, lists: Mapping[str, list[Any]], task: Any) -> None:
+    """Every combination of the swept task.options binds to the factory (task=, or the task that
+    task.name names: a built-in's options are known, a named factory's module is imported)."""
+    from workbench.engine.tasks import named_task_problem, options_problem
+
+    swept = {f: v for f, v in lists.items() if f.startswith(OPTIONS_PREFIX)}
+    for point in grid_points(swept) if swept else [{}]:
+        options = apply_params(cfg, point).task.options
+        problem = options_problem(task, options) if task is not None else named_task_problem(cfg.task.name, options)
+        if problem:
+            raise ConfigError([f"space: {problem} (swept value; fix the space)"])
+
+
+def factory_config(cfg: JobConfig, task: Any) -> JobConfig:
+    """The base config of a task factory sweep (task=): named after the factory, its task.options
+    those of the config, except that options written for the built-in task the config names are
+    that task's, not the factory's (as submit(cfg, task=) binds them: engine.tasks.factory_options).
+    The swept task.options.* go on top, trial by trial; check_space binds each combination."""
+    from workbench.engine.tasks import BUILTIN_OPTIONS, factory_label, options_problem
+
+    options = dict(cfg.task.options)
+    unbound = options_problem(task, options)
+    if unbound and set(options) <= set(BUILTIN_OPTIONS.get(cfg.task.name, ())):
+        options = {}
+    return cfg.replace(task__name=factory_label(task), task__options=options)
 
 
 def _check_fn_fields(fn: Any, fields: list[str]) -> None:

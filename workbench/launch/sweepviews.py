@@ -177,6 +177,8 @@ def metric_values(run: Run, metric: str) -> list[tuple[int, float]]:
     """(step, value) of `metric` in the run so far: an eval metric from its eval events, a logged one
     reduced across ranks (`<metric>_reduced` where the ranks reduce it) from its metrics records."""
     frame = run.evals() if metric.startswith("val_") else run.metrics()
+    if metric not in frame and metric.startswith("val_"):  # a function or script logs its own (workbench.log)
+        frame = run.metrics()
     if not len(frame) or metric not in frame or "step" not in frame:
         return []
     column = f"{metric}_reduced" if f"{metric}_reduced" in frame else metric
@@ -185,6 +187,20 @@ def metric_values(run: Run, metric: str) -> list[tuple[int, float]]:
         rows = frame.loc[frame["rank"] == 0, ["step", column]].dropna()
     per_step = rows.groupby("step")[column].last()
     return [(int(s), float(v)) for s, v in per_step.items()]
+
+
+BOOKKEEPING = ("rank", "step", "time", "wall_time", "elapsed_s", "samples", "attempt", "epoch", "event")
+
+
+def missing_metric(run: Run, metric: str) -> str:
+    """Why a finished trial has no value: one line naming the metric and what its run did log."""
+    logged = [c for c in run.metrics().columns if c not in BOOKKEEPING and not c.endswith("_reduced")]
+    logged += [c for c in run.evals().columns if c.startswith("val_") and c not in logged]
+    if not logged:
+        return (f"its run finished without logging any metric ({metric} is the sweep's); log it on rank 0 "
+                f"with workbench.log(step=..., {metric}=value)")
+    return (f"its run finished without logging {metric} (it logged {', '.join(logged)}); set metric= to one "
+            f"of them, or log {metric} with workbench.log(step=..., {metric}=value)")
 
 
 def sweeps(root: str | os.PathLike[str] | None = None) -> pd.DataFrame:
