@@ -38,6 +38,9 @@ class SweepView:
         self.events = w.HTML()
         self.widget = w.VBox([self.title, self.table, self.figure, w.HBox([self.cancel_button, self.message]),
                               self.events])
+        self.widget.add_class("wb-sweep")  # what a page (and a browser test) finds the view by
+        self.title.add_class("wb-sweep-title")
+        self.table.add_class("wb-sweep-table")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.refresh()
