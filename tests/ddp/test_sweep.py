@@ -1,7 +1,8 @@
 """Sweeps, for real: a grid of 2-rank and 1-rank runs two at a time, a diverging trial pruned (its
 run cancelled, its processes gone), a sweep whose driver is killed resumed by Sweep.load without
-repeating a finished trial, a sweep through a warm pool, and `workbench sweep` from a terminal
-(to the end, and Ctrl-C cancelling every trial)."""
+repeating a finished trial, a sweep through a warm pool, `workbench sweep` from a terminal (to the
+end, and Ctrl-C cancelling every trial), and what else is swept: a script's options (args.*, from
+Python and from the terminal, resumed), a function's arguments (fn.*) and a task factory's options."""
 
 from __future__ import annotations
 
@@ -14,13 +15,17 @@ from pathlib import Path
 import pytest
 
 import workbench
-from tests.support import REPO
+from tests.support import REPO, SCRIPTS
 from tests.support.lifecycle import CLI, ENDLESS, assert_nothing_left, cfg, wait_until
 from workbench.launch.run import Run
 from workbench.runfolder.layout import RunDir, SweepDir
 
 optuna = pytest.importorskip("optuna")
 pytestmark = [pytest.mark.ddp, pytest.mark.timeout(300)]
+
+
+SWEEP_SCRIPT = SCRIPTS / "sweep_lr.py"
+"""Logs 1000 x --lr as `score` (or the name --log gives); --gate FILE holds its last step."""
 
 
 def _cfg(tmp_path: Path, procs: int = 1, **train):
@@ -173,3 +178,126 @@ def test_ctrl_c_on_workbench_sweep_cancels_every_trial(tmp_path):
     assert meta["cancelled"]
     seen = workbench.sweeps.Sweep.load(folder.root, resume=False)  # read only: drives nothing
     assert set(seen.frame()["state"]) == {"cancelled"} and seen.count_done() == 0 and seen.done
+
+
+def test_a_script_sweep_runs_each_trial_with_its_own_option(tmp_path):
+    """args.lr is that trial's --lr: the base arguments' --lr 0.5 is replaced, --steps kept, and the
+    score each 2-rank run logs (1000 x the --lr its ranks all-reduced) differs as the values do."""
+    sweep = workbench.sweep(_cfg(tmp_path, procs=2), {"args.lr": [1e-3, 1e-2]}, script=SWEEP_SCRIPT,
+                            script_args=["--lr", "0.5", "--steps", "3"], metric="score", parallel=2,
+                            pruner="none").wait(timeout=240)
+    frame = sweep.frame().sort_values("number")
+    assert len(frame) == 2 and set(frame["state"]) == {"finished"}, (frame, sweep.events)
+    for _, row in frame.iterrows():
+        run = Run.load(row["run"])
+        lr = row["args.lr"]
+        assert run.meta["args"] == ["--lr", repr(lr), "--steps", "3"] and run.world_size == 2
+        assert run.config.task.name == "<script sweep_lr>" and Path(row["run"]).parent == sweep.folder
+        assert row["score_last"] == pytest.approx(1000 * lr) and row["steps"] == 3
+    assert sweep.best.params == {"args.lr": 1e-3} and sweep.best.value == pytest.approx(1.0)
+    assert sweep.folder.name.startswith("sweep-sweep_lr-")
+    _nothing_left(sweep)
+
+
+def test_a_script_trial_without_the_metric_fails_naming_what_it_logged(tmp_path):
+    sweep = workbench.sweep(_cfg(tmp_path), {"args.lr": [1e-3]}, script=SWEEP_SCRIPT,
+                            script_args=["--log", "accuracy", "--steps", "1"], pruner="none").wait(timeout=240)
+    assert sweep.frame()["state"].tolist() == ["failed"] and sweep.best is None
+    (line,) = [e for e in sweep.events if e.startswith("trial 0 ")][1:]  # after "trial 0 started"
+    assert line == ("trial 0 failed: its run finished without logging val_loss (it logged accuracy); set metric= "
+                    "to one of them, or log val_loss with workbench.log(step=..., val_loss=value)"), sweep.events
+    assert sweep.study.get_trials()[0].user_attrs["error"] == line.split(": ", 1)[1]
+    _nothing_left(sweep)
+
+
+def test_workbench_sweep_sweeps_a_script_and_resume_runs_it_from_anywhere(tmp_path):
+    """As a user types it, from the script's folder: `--script train.py --grid args.lr=... -- ARGS`.
+    Ctrl-C while trial 0 is held cancels it; `--resume` from another folder runs the same script
+    (its path, base arguments and the ranks' folder kept in sweep.json) with trial 0's value again."""
+    proj, gate = tmp_path / "proj", tmp_path / "gate"
+    proj.mkdir()
+    (proj / "train.py").write_text(SWEEP_SCRIPT.read_text())
+    config = tmp_path / "base.yaml"
+    _cfg(tmp_path, procs=2).to_yaml(config)
+    command = subprocess.Popen([*CLI, "sweep", str(config), "--script", "train.py", "--grid", "args.lr=1e-3,1e-2",
+                                "--metric", "score", "--prune", "none", "--name", "script", "--", "--steps", "2",
+                                "--gate", str(gate)], cwd=proj, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    try:
+        folder = SweepDir(Path(command.stdout.readline().split("folder: ", 1)[1].strip()))
+        held = RunDir(folder.trial(0))
+        wait_until(lambda: held.meta.exists() and Run.load(held.root).status().step >= 1, 180, "trial 0 at its gate")
+        command.send_signal(signal.SIGINT)
+        out, err = command.communicate(timeout=120)
+    finally:
+        if command.poll() is None:
+            command.kill()
+    assert command.returncode == 128 + signal.SIGINT and "cancelling every trial" in err, out + err
+    assert Run.load(held.root).status().state == "cancelled"
+    gate.touch()
+    done = subprocess.run([*CLI, "sweep", "--resume", str(folder.root)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=240)
+    assert done.returncode == 0 and "trial 0 queued again" in done.stdout, done.stdout + done.stderr
+    frame = workbench.sweeps.Sweep.load(folder.root, resume=False).frame()
+    finished = frame[frame["state"] == "finished"].sort_values("args.lr")
+    assert finished["args.lr"].tolist() == [1e-3, 1e-2], frame
+    for _, row in finished.iterrows():
+        run = Run.load(row["run"])
+        assert run.meta["args"] == ["--steps", "2", "--gate", str(gate), "--lr", repr(row["args.lr"])]
+        assert run.meta["cwd"] == str(proj) and row["score_last"] == pytest.approx(1000 * row["args.lr"])
+    for run_dir in frame["run"]:
+        assert_nothing_left(Path(run_dir))
+
+
+def test_a_function_sweep_passes_each_trial_its_argument(tmp_path):
+    """fn.lr is the function's lr (defined here, pickled by value as from a notebook cell); it logs
+    val_loss itself (workbench.log), which the sweep reads as it would an eval's."""
+
+    def train(steps, lr=0.1):
+        import torch
+        import torch.distributed as dist
+
+        for step in range(1, steps + 1):
+            agreed = torch.tensor([lr])
+            dist.all_reduce(agreed)  # every rank reaches this
+            workbench.log(step=step, val_loss=agreed.item() / dist.get_world_size() + step)
+        return lr
+
+    sweep = workbench.sweep(_cfg(tmp_path, procs=2), {"fn.lr": [0.5, 0.25]}, fn=train, fn_args=(2,), parallel=2,
+                            pruner="none").wait(timeout=240)
+    frame = sweep.frame()
+    assert len(frame) == 2 and set(frame["state"]) == {"finished"}, (frame, sweep.events)
+    for _, row in frame.iterrows():
+        run = Run.load(row["run"])
+        assert run.results() == [row["fn.lr"]] * 2 and row["val_loss_last"] == pytest.approx(row["fn.lr"] + 2)
+    assert sweep.best.params == {"fn.lr": 0.25} and sweep.folder.name.startswith("sweep-train-")
+    _nothing_left(sweep)
+
+
+def test_a_task_factory_sweep_calls_the_factory_with_each_trials_option(tmp_path):
+    """task.options.rows is the factory's own option; the base config's task.options are the built-in
+    task's (n_train, n_val), so the factory is called with the swept option alone (as submit(task=)
+    would), and each run trains on the rows its trial asked for."""
+
+    def my_task(rows=256):
+        import torch
+        from torch.nn import functional as F
+
+        torch.manual_seed(0)
+        x = torch.randn(rows, 8)
+        data = torch.utils.data.TensorDataset(x, (x[:, 0] > 0).long())
+        train, val = torch.utils.data.random_split(data, [rows - 64, 64])
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+        return workbench.Task(model=model, train_dataset=train, val_dataset=val, loss_fn=F.cross_entropy)
+
+    c = _cfg(tmp_path, max_steps=4, eval_every_steps=4)
+    sweep = workbench.sweep(c, {"task.options.rows": [128, 192]}, task=my_task, parallel=2,
+                            pruner="none").wait(timeout=240)
+    frame = sweep.frame()
+    assert len(frame) == 2 and set(frame["state"]) == {"finished"}, (frame, sweep.events)
+    for _, row in frame.iterrows():
+        run = Run.load(row["run"])
+        assert run.config.task.options == {"rows": row["task.options.rows"]}
+        assert run.event_summary().start["samples_per_rank"] == row["task.options.rows"] - 64
+        assert row["val_loss_last"] == row["val_loss_last"]  # a number, not NaN
+    _nothing_left(sweep)
