@@ -8,13 +8,14 @@ import os
 import signal
 import socket
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workbench.config.sections import DistConfig, JobConfig
 from workbench.config.types import shown
-from workbench.errors import ConfigError, RunFailed, RunFolderError
+from workbench.errors import ConfigError, RunFailed, RunFolderError, SubmitError
 from workbench.launch.pooljob import PoolJob
 from workbench.launch.status import RunStatus, run_status
 from workbench.proctree import Proc, end, signal_name
@@ -43,6 +44,11 @@ ENDING_POLL_S = 0.05
 """Once the outcome is known, Run.wait looks this often for the job's processes to be gone."""
 MAX_WORLD_SIZE = 1 << 16
 """The most ranks a run folder is read for (a damaged run.json must not make a reader loop for ever)."""
+SCHEDULER_RETRY_S = 10.0
+"""While SLURM cannot be asked about a run's job (its controller or accounting does not answer),
+a live view (Run.wait, the dashboard) asks it again this often."""
+ENDED_RANK_STATES = ("finished", "failed", "aborted", "interrupted", "lost")
+"""A rank in one of these states will write nothing more in this job (requeued and restarting ranks will)."""
 
 
 class Run:
@@ -64,6 +70,12 @@ class Run:
         self._config_for_views: JobConfig | None = None
         self.latest_status: RunStatus | None = None
         """The status Run.wait read last (what its on_poll callback may show)."""
+        self.scheduler_error: str | None = None
+        """Why the scheduler could not be asked about the job at the last look, in one line naming
+        the job and carrying SLURM's own message (None when it answered)."""
+        self._scheduler_said = ""
+        self._asked_at = 0.0
+        self._warned: str | None = None
 
     @classmethod
     def load(cls, run_dir: str | Path) -> Run:
@@ -103,15 +115,45 @@ class Run:
         return min(max(found, default=0) + 1, MAX_WORLD_SIZE)
 
     def __repr__(self) -> str:
-        return f"Run({str(self.folder)!r}, {self.status().state})"
+        status, _ = self.live_status()  # a repr never raises: SLURM not answering is said, not thrown
+        return f"Run({str(self.folder)!r}, {status.state}{' (SLURM not answering)' if status.scheduler_error else ''})"
 
     # --- state -----------------------------------------------------------------------------------
     def job_done(self) -> bool:
         """The job has ended: its scheduler says so and, for a local run, none of the processes its
-        agents recorded is left (a controller that was killed leaves its agents ending their workers)."""
+        agents recorded is left (a controller that was killed leaves its agents ending their workers).
+        Raises SubmitError (one line, SLURM's own words) when SLURM cannot be asked."""
+        ended = self.job_ended()
+        if ended is None:
+            raise SubmitError(self._scheduler_said)
+        return ended
+
+    def job_ended(self) -> bool | None:
+        """job_done(), or None while the scheduler cannot be asked (SLURM's controller or accounting
+        does not answer): `scheduler_error` then says why, in one line.  While it cannot, SLURM is
+        asked again at most every SCHEDULER_RETRY_S (in between, the last answer stands)."""
         if self.job is None:
             return True
-        return bool(self.job.done()) and not self._local_processes_left()
+        try:
+            done = self._ask_scheduler()
+        except SubmitError as exc:
+            self._scheduler_said = str(exc)
+            job_id = getattr(self.job, "job_id", None) or self.meta.get("job_id", "?")
+            self.scheduler_error = f"SLURM cannot be asked about job {job_id}: {exc}"
+            return None
+        self.scheduler_error, self._scheduler_said = None, ""
+        return done and not self._local_processes_left()
+
+    def _ask_scheduler(self) -> bool:
+        """The job's own done(); once SLURM failed to answer, forced (a new sacct) every SCHEDULER_RETRY_S,
+        so that a view sees the controller come back without waiting for submitit's backoff."""
+        if self.scheduler_error is not None and hasattr(self.job, "watcher"):
+            if time.monotonic() - self._asked_at >= SCHEDULER_RETRY_S:
+                self._asked_at = time.monotonic()
+                return bool(self.job.done(force_check=True))
+        else:
+            self._asked_at = time.monotonic()
+        return bool(self.job.done())
 
     def _local_processes_left(self) -> bool:
         meta = self.meta
@@ -129,6 +171,21 @@ class Run:
                           self.event_summary().total_steps, _job_state(self.job),
                           lost_after_s=self._lost_after_s())
 
+    def live_status(self) -> tuple[RunStatus, bool]:
+        """(status, whether the job ended), for a view that follows the run (Run.wait, the dashboard).
+        Never raises for SLURM: while it cannot be asked, the status is the run folder's alone, with
+        `status.scheduler_error` saying why in one line, and the job counts as ended once every rank
+        has said how it ended (or is lost: no heartbeat for dist.lost_after_s)."""
+        ended = self.job_ended()
+        status = self.status(bool(ended))
+        if ended is not None:
+            return status, ended
+        settled = bool(status.ranks) and all(r.state in ENDED_RANK_STATES for r in status.ranks)
+        if settled:
+            status = self.status(True)  # the job's end as its ranks tell it (a cancel reads as cancelled)
+        status.scheduler_error = self.scheduler_error or ""
+        return status, settled
+
     def event_summary(self) -> EventSummary:
         """The run's events folded once (incrementally): total steps, sync checks, warnings."""
         new = self._events.poll()
@@ -136,11 +193,14 @@ class Run:
 
     def wait(self, timeout: float | None = None, poll_s: float = 0.5,
              on_poll: Callable[[Run], None] | None = None) -> RunStatus:
-        """Block until the run is finished, failed or cancelled (or `timeout` seconds passed)."""
+        """Block until the run is finished, failed or cancelled (or `timeout` seconds passed).
+        While SLURM cannot be asked about the job, it warns once (one line in SLURM's words) and
+        goes on waiting on the run folder, asking SLURM again every SCHEDULER_RETRY_S."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            ended = self.job_done()
-            status = self.latest_status = self.status(ended)
+            status, ended = self.live_status()
+            self.latest_status = status
+            self._warn_scheduler(status)
             if on_poll is not None:
                 on_poll(self)
             self._stop_survivors(status)
@@ -150,14 +210,22 @@ class Run:
                 raise TimeoutError(f"run {self.folder} still {status.state} after {timeout} s: {status}")
             if status.done:  # the outcome is known, the processes are ending: look often, and cheaply
                 until = time.monotonic() + poll_s
-                while time.monotonic() < until and not self.job_done():
+                while time.monotonic() < until and not self.job_ended():
                     time.sleep(ENDING_POLL_S)
             else:
                 time.sleep(poll_s)
 
+    def _warn_scheduler(self, status: RunStatus) -> None:
+        """One warning when SLURM stops answering (not one per poll); again after it answered."""
+        if status.scheduler_error and status.scheduler_error != self._warned:
+            warnings.warn(f"{status.scheduler_error} (the run may still be running: waiting on its run folder, "
+                          f"and asking SLURM again every {SCHEDULER_RETRY_S:g} s)", RuntimeWarning, stacklevel=3)
+        self._warned = status.scheduler_error or None
+
     def _stop_survivors(self, status: RunStatus) -> None:
-        """A rank failed: its agents end the attempt; end the job here if it is still there later."""
-        if status.state != "failed" or self.job_done():
+        """A rank failed: its agents end the attempt; end the job here if it is still there later
+        (not while SLURM cannot be asked: neither could it be told to cancel)."""
+        if status.state != "failed" or status.scheduler_error or self.job_ended() is not False:
             return
         self._failed_at = self._failed_at or time.monotonic()
         if time.monotonic() - self._failed_at > STOP_GRACE_S:
@@ -345,17 +413,18 @@ class Run:
                 return RankFailure(rank, kind, message, text, reported_by="reader")
         return None
 
-    def failures(self) -> list[RankFailure]:
+    def failures(self, status: RunStatus | None = None) -> list[RankFailure]:
         """The failure of each attempt on record, oldest first: each restarted attempt's
         (errors/failure-N/) and the current one's, each picked by the same rule as exception()
-        and carrying the other failures of its attempt as consequences."""
+        and carrying the other failures of its attempt as consequences.  `status`: the one the
+        caller just read (else it is read here)."""
         found = []
         for files in self.dir.archived_errors():
             records = [(rank, read_object(path, ERROR)) for rank, path in files.items()]
             cause = cause_of([from_record(rank, _shown_traceback(e)) for rank, e in records if e is not None])
             if cause is not None:
                 found.append(cause)
-        current = self.exception()
+        current = self.exception(status)
         return [*found, current] if current is not None else found
 
     def health(self, status: RunStatus | None = None) -> dict[str, Any]:

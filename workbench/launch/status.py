@@ -66,6 +66,9 @@ class RunStatus:
     DDP ranks move in step, and one rank's hiccup does not swing it)."""
     records: int = 0
     """Metric records the ranks logged so far."""
+    scheduler_error: str = ""
+    """Set by Run.live_status while SLURM cannot be asked about the job: one line naming the job and
+    carrying SLURM's own message.  The state is then the run folder's alone (the run may still be running)."""
 
     @property
     def done(self) -> bool:

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
 
+from workbench.errors import SubmitError
+from workbench.launch.run import SCHEDULER_RETRY_S
 from workbench.results.plots import rank_colour
 from workbench.runfolder.rankstate import ACTIVE
 from workbench.ui.plotview import MetricsPlot
@@ -43,6 +45,7 @@ class Dashboard:
         self._thread: threading.Thread | None = None
         self._plot_version: tuple[int, bool] = (-1, False)
         self._log_read_at = 0.0
+        self._cancel_problem = ""
         self._build_widgets()
         if autostart:
             self.start()
@@ -62,6 +65,8 @@ class Dashboard:
         self.failure = w.HTML(layout=w.Layout(display="none"))
         self.restarts = w.HTML()
         self.error = w.HTML()
+        self.scheduler = w.HTML(layout=w.Layout(display="none"))
+        """One line while SLURM cannot be asked about the job (SLURM's own message); hidden otherwise."""
         ranks = [(f"rank {r}", r) for r in range(max(1, self.run.world_size))]
         self.rank_select = w.Dropdown(options=ranks, value=0, description="log of",
                                       layout=w.Layout(width="200px"))
@@ -77,7 +82,7 @@ class Dashboard:
                         layout=w.Layout(flex_flow="row wrap", align_items="center"))
         metrics = w.HBox([w.HTML("metrics:"), *self.downloads.values(), self.download_link],
                          layout=w.Layout(align_items="center"))
-        self.widget = w.VBox([header, self.badges, self.health, self.plot.widget, metrics, self.failure,
+        self.widget = w.VBox([header, self.scheduler, self.badges, self.health, self.plot.widget, metrics, self.failure,
                               self.restarts, self.stacks, self.report, self.rank_select, self.log, self.error])
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
@@ -108,6 +113,8 @@ class Dashboard:
         while not self._stop.is_set():
             try:
                 state = self.refresh()
+            except SubmitError as exc:  # one line, never a traceback; the next poll tries again
+                self.show_scheduler(str(exc))
             except Exception:  # noqa: BLE001 - show it and keep polling: the files may settle
                 self.error.value = f"<pre style='color:#a94442'>{html.escape(traceback.format_exc())}</pre>"
             else:
@@ -142,12 +149,25 @@ class Dashboard:
         self.download_link.value = download_html(path)
 
     def cancel(self) -> None:
-        self.run.cancel()
+        try:
+            self.run.cancel()
+        except SubmitError as exc:  # SLURM does not answer (sacct, scancel): one line, the button stays
+            self._cancel_problem = f"the run was not cancelled: {exc}"
+            self.show_scheduler(self._cancel_problem)
+            return
+        self._cancel_problem = ""
         self.cancel_button.disabled = True
         self.cancel_button.description = "Cancelling"
 
+    def show_scheduler(self, problem: str, ended: bool = False) -> None:
+        """The one-line banner for what SLURM said ("" hides it); `ended`: the ranks said how the run ended."""
+        self.scheduler.value = scheduler_html(problem, ended)
+        self.scheduler.layout.display = "" if problem else "none"
+
     # --- state -> widgets ------------------------------------------------------------------------
     def _apply(self, state: DashboardState) -> None:
+        problem = (self._cancel_problem if not state.done else "") or state.scheduler_error
+        self.show_scheduler(problem, state.done)  # one line while SLURM does not answer (or refused a cancel)
         self._show_progress(state)
         self.badges.value = badges_html(state)
         self.health.value = health_html(state.health)
@@ -242,6 +262,21 @@ def progress_text(state: DashboardState) -> str:
     """The status's own progress line (the one `workbench show` prints), state in bold."""
     head, _, rest = state.line.partition(" · ")
     return f"<span class='wb-progress'><b>{html.escape(head)}</b> · {html.escape(rest)}</span>"
+
+
+def scheduler_html(problem: str, ended: bool = False) -> str:
+    """One line: "workbench: SLURM cannot be asked about job 123: <SLURM's message> (the run may
+    still be running; ...asks SLURM again every 10 s)"; "" when there is nothing to say.  `ended`:
+    every rank said how the run ended, which the dashboard then shows without SLURM's word."""
+    if not problem:
+        return ""
+    if ended:
+        text = f"workbench: {problem} (every rank has said how the run ended: shown from its run folder)"
+    else:
+        text = (f"workbench: {problem} (the run may still be running; the dashboard shows its run folder and "
+                f"asks SLURM again every {SCHEDULER_RETRY_S:g} s)")
+    return (f"<div class='wb-scheduler' style='border-left:5px solid #ad5700;padding:2px 8px;"
+            f"color:var(--jp-ui-font-color1,#222)'>⚠ {html.escape(text)}</div>")
 
 
 def badges_html(state: DashboardState) -> str:

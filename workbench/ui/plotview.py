@@ -137,7 +137,7 @@ class MetricsPlot:
     def refresh(self) -> str:
         """Read the run (what was appended since the last read) and redraw; "full" or "lines"."""
         if self.run is not None:
-            status = self.run.status()  # one poll; the data below is that poll's
+            status, _ = self.run.live_status()  # one poll (SLURM not answering is no error here)
             self.data = MetricData.from_run(self.run, self.run.evals())
             self.live_run = not status.done
         return self.redraw()

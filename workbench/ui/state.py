@@ -74,6 +74,8 @@ class DashboardState:
     """RunStatus.progress_line(): state, step, progress, rate, ETA, as `workbench show` prints them."""
     earlier_failures: list[str] = field(default_factory=list)
     """Failures of attempts that were restarted (launch.max_restarts), each with its traceback's end."""
+    scheduler_error: str = ""
+    """RunStatus.scheduler_error: why SLURM could not be asked about the job, in one line ("" when it answered)."""
 
     @property
     def frame(self) -> pd.DataFrame:
@@ -98,7 +100,8 @@ def dashboard_state(status: RunStatus, failure: RankFailure | None = None, job_d
         status.state, status.done and job_done, status.step, status.total_steps, status.progress, status.eta_s,
         status.steps_per_s, badges, failure_text(failure) if failed else "",
         failure.rank if failure is not None and failed else None,
-        data if data is not None else MetricData({}), status.records, line=status.progress_line())
+        data if data is not None else MetricData({}), status.records, line=status.progress_line(),
+        scheduler_error=status.scheduler_error)
 
 
 def on_data_clock(status: RunStatus, data: MetricData) -> RunStatus:
@@ -121,16 +124,16 @@ def failure_text(failure: RankFailure | None) -> str:
 def read_state(run: Run, max_points: int | None = None) -> DashboardState:
     """Poll the run's files once (through the Run's own readers) and compute the state.  (max_points
     is no longer used: every logged point is kept, and drawing reduces them per pixel column.)"""
-    status = run.status()  # the one poll of the metrics in this refresh
+    status, job_done = run.live_status()  # the one poll of the metrics in this refresh; never raises for SLURM
     failure = run.exception(status) if status.state == "failed" else None
     evals = run.evals()
     data = MetricData.from_run(run, evals)  # what that poll read: no second poll
-    state = dashboard_state(status, failure, run.job_done(), data)
+    state = dashboard_state(status, failure, job_done, data)
     state.evals = evals
     state.health = run.health(status)  # the status just read: no second pass over the files
     state.stacks = run.stacks() if state.health["stalled_ranks"] else {}
     # restarted attempts' failures (Run.failures() reads the run again: only when there are some)
-    state.earlier_failures = earlier_failures(run.failures(), failure) if run.dir.archived_errors() else []
+    state.earlier_failures = earlier_failures(run.failures(status), failure) if run.dir.archived_errors() else []
     return state
 
 
