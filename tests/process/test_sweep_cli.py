@@ -35,6 +35,31 @@ def test_a_bad_sweep_is_one_line_and_exit_2(tmp_path, args, words):
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("args, words", [
+    (["--script", "{tmp}/nope.py", "--grid", "args.lr=1e-3"], ["script: {tmp}/nope.py does not exist"]),
+    (["--grid", "args.lr=1e-3,1e-2"], ["space['args.lr']: args.* fields are a swept script's options (--lr)",
+                                       "workbench sweep --script train.py"]),
+    (["--script", "{tmp}/train.py", "--grid", "train.lr=1e-3"], ["a script does not read the train section",
+                                                                  "'args.lr' (--lr)"]),
+    (["--grid", "train.lr=1e-3", "--", "--epochs", "1"], ["-- --epochs 1: arguments after -- are a swept script's",
+                                                          "--script train.py"]),
+    (["--resume", "{tmp}", "--", "--epochs", "1"], ["a resumed sweep runs its script with the arguments it was made"]),
+])
+def test_a_bad_script_sweep_is_one_line_and_exit_2(tmp_path, args, words):
+    config = tmp_path / "base.yaml"
+    config.write_text(f"launch: {{run_root: {tmp_path / 'runs'}}}\n")
+    (tmp_path / "train.py").write_text("import workbench\n")
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    done = subprocess.run([*CLI, "sweep", *([] if "--resume" in args else [str(config)]), *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=100)
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("workbench: "), done.stderr
+    for word in words:
+        assert word.replace("{tmp}", str(tmp_path)) in lines[0]
+    assert not (tmp_path / "runs").exists()
+
+
 def test_resuming_a_folder_that_is_not_a_sweep_names_it(tmp_path):
     done = subprocess.run([*CLI, "sweep", "--resume", str(tmp_path)], cwd=REPO, capture_output=True, text=True,
                           timeout=100)
