@@ -108,6 +108,19 @@ def test_two_learning_rates_typed_into_the_form_sweep_two_real_trials(chromium, 
                 expect(rows.filter(has_text="finished")).to_have_count(2)
                 expect(view.locator("button.widget-button", has_text="Cancel")).to_be_disabled()
                 expect(button).to_have_text(re.compile(r"^\s*Sweep 2 trials\s*$"))  # ready for another
+
+                # A choice field's list button: its values typed out, a 2 x 2 grid; one value each: Submit.
+                several = app.locator("button[title='sweep several values of train.optimizer']")
+                several.click()
+                _commit(_field(app, "optimizer"), "adamw, sgd")
+                expect(note).to_contain_text("sweep: 2 x 2 = 4 trials (train.optimizer, train.lr)")
+                expect(button).to_have_text(re.compile(r"^\s*Sweep 4 trials\s*$"))
+                several.scroll_into_view_if_needed()
+                page.screenshot(path=str(ARTIFACTS / "sweep-form-choice.png"))
+                several.click()
+                _commit(_field(app, "lr"), "0.001")
+                expect(button).to_have_text(re.compile(r"^\s*Submit\s*$"))
+                expect(note).to_be_hidden()
             except (AssertionError, PlaywrightTimeout) as exc:
                 pytest.fail(f"{exc}\n{_debug(page, jupyter_lab)}", pytrace=False)
             view.evaluate("e => e.scrollIntoView({block: 'start'})")

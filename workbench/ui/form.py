@@ -78,7 +78,7 @@ class FieldRow:
                              placeholder=", ".join(map(str, spec.choices)), style=_DESCRIPTION,
                              layout=w.Layout(width="408px", display="none"))
         self.several = w.ToggleButton(value=False, icon="list", tooltip=f"sweep several values of {spec.path}",
-                                      layout=w.Layout(width="32px"))
+                                      layout=w.Layout(width="34px", padding="0"))  # the icon alone
         self.several.observe(self._on_several, names="value")
 
     def _on_several(self, change: Any) -> None:
