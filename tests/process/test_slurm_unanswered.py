@@ -130,6 +130,28 @@ def test_the_dashboard_says_one_line_keeps_following_the_run_folder_and_shows_th
         dash.stop()
 
 
+def test_the_runs_table_and_runs_view_show_the_run_folders_state_and_the_one_line(tmp_path, slurm_down):
+    import workbench
+    from workbench.ui import RunsView
+
+    folder = slurm_run(tmp_path)
+    row = workbench.runs(tmp_path).set_index("name").loc[folder.root.name]
+    assert (row["status"], row["steps"]) == ("running", 10), row.to_dict()  # not "unreadable"
+    view = RunsView(tmp_path)
+    view.select.value = (str(folder.root),)
+    view._act("Open")  # the Open button
+    try:
+        assert shown_text(view.message.value) == f"dashboard of {folder.root.name}"
+        dash = view.dashboard
+        assert dash is not None
+        state = dash.refresh()
+        assert state.scheduler_error.startswith(f"SLURM cannot be asked about job {JOB_ID}: sacct failed")
+        assert shown_text(dash.scheduler.value).strip().startswith("⚠ workbench: SLURM cannot be asked")
+        assert not any("Traceback" in value for value in all_html(view.widget))
+    finally:
+        view.dashboard.stop()
+
+
 def test_cancel_from_the_dashboard_is_one_line_when_scancel_cannot_reach_slurm(tmp_path, slurm_down):
     from workbench.launch.run import Run
 

@@ -189,7 +189,7 @@ def run_row(folder: Path) -> dict[str, Any]:
 
     try:
         run = Run.load(folder)
-        status = run.status()
+        status, _ = run.live_status()  # SLURM not answering: the run folder's state (the dashboard says why)
     except Exception as exc:  # noqa: BLE001 - one unreadable folder must not hide the others
         return {"name": folder.name, "folder": str(folder), "status": f"unreadable: {type(exc).__name__}: {exc}"}
     frame = run.metric_frames.frame()
