@@ -119,7 +119,7 @@ def test_a_sweep_whose_driver_was_killed_goes_on_with_sweep_load_without_repeati
     _nothing_left(sweep)
 
 
-def test_a_sweep_through_a_warm_pool_runs_each_trial_in_its_ranks(tmp_path):
+def test_a_sweep_through_a_warm_pool_runs_each_trial_in_its_ranks_a_scripts_too(tmp_path):
     c = _cfg(tmp_path, procs=2, max_steps=8, eval_every_steps=4)
     with workbench.Pool(c, idle_timeout_s=300) as pool:
         pool.wait_ready(180)
@@ -131,6 +131,13 @@ def test_a_sweep_through_a_warm_pool_runs_each_trial_in_its_ranks(tmp_path):
         latency = frame["start_latency_s"]
         assert latency.notna().all()
         print(f"\n[sweep] pool trial start latency (s): {[round(x, 3) for x in latency]}", flush=True)
+        scripted = workbench.sweep(c, {"args.lr": [1e-3, 1e-2]}, script=SWEEP_SCRIPT, script_args=["--steps", "2"],
+                                   metric="score", pool=pool, pruner="none").wait(timeout=240)
+        frame = scripted.frame()
+        assert set(frame["state"]) == {"finished"} and len(frame) == 2, (frame, scripted.events)
+        for _, row in frame.iterrows():
+            run = Run.load(row["run"])
+            assert run.meta["pool"]["name"] == pool.name and row["score_last"] == pytest.approx(1000 * row["args.lr"])
     assert_nothing_left(pool.dir.root)
 
 
