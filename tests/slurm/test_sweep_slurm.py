@@ -1,46 +1,179 @@
-"""A sweep on the real SLURM test cluster: each trial is a SLURM job (2 nodes x 1 rank), `parallel`
-of them in the queue at once, the study in this process; every trial finishes on the cluster's
-nodes and no job is left in the queue.  (One job per trial, not a job array: see the sweep module.)"""
+"""Sweeps on the real SLURM test cluster: the trials are the elements of ONE job array (sbatch
+--array=0-N%P, `parallel` as P), each element bound to its trial when it starts, the study in this
+process.  A 4-point grid two at a time shares one array id and never runs more than 2 trials at
+once; a pruned trial cancels its element alone; Sweep.cancel() leaves no process and no queued
+element; a sweep whose driver was killed goes on with Sweep.load, its queued elements followed (no
+second array) and no finished trial repeated."""
 
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 import workbench
+from tests.support import REPO
+from tests.support.lifecycle import ENDLESS, assert_nothing_left, run_processes, wait_until
+from tests.support.tasks_for_tests import slow
 from workbench.config import JobConfig
+from workbench.launch.run import Run
+from workbench.runfolder.layout import RunDir, SweepDir
 
 optuna = pytest.importorskip("optuna")
 pytestmark = [pytest.mark.slurm]
 
 
-def _cfg(tmp_path: Path, cluster) -> JobConfig:
+def _cfg(tmp_path: Path, cluster, **train) -> JobConfig:
     return JobConfig.from_dict({
         "task": {"name": "synthetic", "options": {"n_train": 1024, "n_val": 128}},
-        "train": {"micro_batch_size": 16, "max_steps": 8, "eval_every_steps": 4, "checkpoint_every_steps": None},
+        "train": {"micro_batch_size": 16, "max_steps": 8, "eval_every_steps": 4, "checkpoint_every_steps": None,
+                  **train},
         "dist": {"nodes": 2, "procs_per_node": 1, "timeout_s": 60, "threads_per_rank": 1},
         "launch": {"executor": "slurm", "run_root": str(tmp_path / "runs"), "time_limit": "10",
                    "slurm": {"partition": cluster.partition, "cpus_per_task": 1}},
     })
 
 
-def _queued(job_ids: list[str]) -> str:
-    out = subprocess.run(["squeue", "-h", "-j", ",".join(job_ids), "-t", "PD,R,CF,CG", "-o", "%i %T"],
-                         capture_output=True, text=True, timeout=30)
+def _arrays(sweep_folder: Path) -> list[dict]:
+    return list((SweepDir(sweep_folder).read_meta() or {}).get("arrays") or [])
+
+
+def _sacct(array_id: str) -> dict[str, str]:
+    """Element JOB_I -> its state, as SLURM's accounting has it."""
+    out = subprocess.run(["sacct", "-n", "-X", "-P", "-j", array_id, "-o", "JobID,State"], capture_output=True,
+                         text=True, timeout=30)
+    pairs = (line.split("|") for line in out.stdout.splitlines() if line.strip())
+    return {p[0]: p[1].split()[0] for p in pairs if len(p) == 2}
+
+
+def _queued(array_id: str) -> str:
+    out = subprocess.run(["squeue", "-h", "-r", "-j", array_id, "-o", "%i %T"], capture_output=True, text=True,
+                         timeout=30)
     return out.stdout.strip()
 
 
+def _nothing_left(sweep_folder: Path, array_id: str) -> None:
+    """No element queued or running, no process of any trial or element (an element's command line
+    names the sweep folder)."""
+    wait_until(lambda: not _queued(array_id), 60, f"array {array_id} out of the queue")
+    wait_until(lambda: not run_processes(sweep_folder), 60, "every process of the sweep gone")  # scancel's KillWait
+    assert_nothing_left(sweep_folder)
+    for trial in sorted(SweepDir(sweep_folder).root.glob("trial-*")):
+        assert_nothing_left(trial)
+
+
+def _most_at_once(runs: list[Run]) -> int:
+    """The most trials whose runs were going at one time, from each run folder's first and last event."""
+    spans = []
+    for run in runs:
+        times = run.events()["time"]
+        spans.append((float(times.min()), float(times.max())))
+    edges = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans], key=lambda e: (e[0], e[1]))
+    most = going = 0
+    for _, step in edges:
+        going += step
+        most = max(most, going)
+    return most
+
+
 @pytest.mark.timeout(600)
-def test_a_sweep_runs_its_trials_as_slurm_jobs(slurm_cluster, tmp_path):
-    sweep = workbench.sweep(_cfg(tmp_path, slurm_cluster), {"train.lr": [1e-3, 1e-2]}, parallel=2, pruner="none")
-    sweep.wait(timeout=480)
+def test_a_grid_on_slurm_is_one_job_array_two_at_a_time(slurm_cluster, tmp_path):
+    lrs = [1e-3, 2e-3, 5e-3, 1e-2]
+    sweep = workbench.sweep(_cfg(tmp_path, slurm_cluster), {"train.lr": lrs}, parallel=2, pruner="none")
+    sweep.wait(timeout=540)
     frame = sweep.frame()
-    assert len(frame) == 2 and set(frame["state"]) == {"finished"}, frame
-    job_ids = []
-    for run in sweep.runs:
-        assert run.meta["executor"] == "slurm" and {r.host for r in run.status().ranks} == {"n1", "n2"}
-        job_ids.append(str(run.meta["job_id"]))
-    assert len(set(job_ids)) == 2
-    assert not _queued(job_ids)
+    assert len(frame) == 4 and set(frame["state"]) == {"finished"}, frame
+    assert sorted(frame["train.lr"]) == lrs
+    (array,) = _arrays(sweep.folder)  # one array for the whole grid
+    array_id = array["job_id"]
+    assert array["size"] == 4
+    script = (SweepDir(sweep.folder).arrays / f"{array_id}_submission.sh").read_text()
+    assert "#SBATCH --array=0-3%2" in script, script  # squeue shows it as JOBID_[0-3%2]
+    job_ids = set()
+    for run in sweep.runs:  # each trial an ordinary run, on the element that ran it
+        meta = run.meta
+        assert meta["executor"] == "slurm" and str(meta["job_id"]).startswith(f"{array_id}_")
+        assert {r.host for r in run.status().ranks} == {"n1", "n2"}
+        assert run.logs(0)  # the rank's own log in its run folder
+        job_ids.add(str(meta["job_id"]))
+    assert job_ids == {f"{array_id}_{i}" for i in range(4)}
+    assert _sacct(array_id) == {job: "COMPLETED" for job in job_ids}
+    assert _most_at_once(sweep.runs) == 2  # parallel=2: the array's %2, never more
+    assert any("job array" in line for line in sweep.events)
+    _nothing_left(sweep.folder, array_id)
+
+
+@pytest.mark.timeout(600)
+def test_a_pruned_trial_cancels_its_element_alone(slurm_cluster, tmp_path):
+    """lr 1e4 blows the loss up at its first steps; each step takes 0.05 s (the slowed task), so its
+    400 steps last long after that: only the pruner ends it, with scancel JOB_I.  The other element
+    runs its trial to the end."""
+    c = _cfg(tmp_path, slurm_cluster, epochs=100, max_steps=400, eval_every_steps=None).replace(
+        task__name=f"{slow.__module__}:slow", task__options={"n_train": 1024, "n_val": 128, "delay_s": 0.05})
+    sweep = workbench.sweep(c, {"train.lr": [1e4, 1e-3]}, metric="loss", parallel=2,
+                            pruner=optuna.pruners.ThresholdPruner(upper=5.0)).wait(timeout=540)
+    frame = sweep.frame().set_index("train.lr")
+    assert frame.loc[1e4, "state"] == "pruned" and frame.loc[1e-3, "state"] == "finished", frame
+    pruned, finished = Run.load(frame.loc[1e4, "run"]), Run.load(frame.loc[1e-3, "run"])
+    assert pruned.status().state == "cancelled" and "pruned" in pruned.meta["cancelled_by"]
+    assert finished.status().step == 400
+    (array,) = _arrays(sweep.folder)
+    states = _sacct(array["job_id"])
+    assert states[str(pruned.meta["job_id"])] == "CANCELLED" and states[str(finished.meta["job_id"])] == "COMPLETED"
+    _nothing_left(sweep.folder, array["job_id"])
+
+
+@pytest.mark.timeout(600)
+def test_sweep_cancel_leaves_no_process_and_no_queued_element(slurm_cluster, tmp_path):
+    c = _cfg(tmp_path, slurm_cluster, **ENDLESS)
+    sweep = workbench.sweep(c, {"train.lr": [1e-3, 2e-3, 3e-3]}, parallel=1, pruner="none")
+    wait_until(lambda: _arrays(sweep.folder), 120, "the array submitted")
+    (array,) = _arrays(sweep.folder)
+    wait_until(lambda: sweep.runs and sweep.runs[0].status().step >= 1, 300, "trial 0 training")
+    assert len(sweep.runs) == 1 and _queued(array["job_id"])  # elements 1 and 2 wait in the queue
+    sweep.cancel()
+    _nothing_left(sweep.folder, array["job_id"])
+    run = sweep.runs[0]
+    assert run.status().state == "cancelled"
+    states = _sacct(array["job_id"])
+    assert set(states.values()) == {"CANCELLED"}, states
+    seen = workbench.sweeps.Sweep.load(sweep.folder, resume=False)
+    assert set(seen.frame()["state"]) == {"cancelled"} and seen.done
+
+
+DRIVER = """
+import sys, workbench
+from workbench.config import JobConfig
+cfg = JobConfig.from_yaml(sys.argv[1])
+sweep = workbench.sweep(cfg, {"train.lr": [1e-3, 2e-3, 3e-3]}, pruner="none", name="killed", background=False)
+print(sweep.folder, flush=True)
+sweep.wait()
+"""
+
+
+@pytest.mark.timeout(600)
+def test_a_slurm_sweep_whose_driver_was_killed_goes_on_with_sweep_load(slurm_cluster, tmp_path):
+    config = tmp_path / "base.yaml"
+    _cfg(tmp_path, slurm_cluster, max_steps=30, eval_every_steps=10).to_yaml(config)
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, str(config)], cwd=REPO, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        folder = SweepDir(Path(driver.stdout.readline().strip()))
+        wait_until(RunDir(folder.trial(1)).meta.exists, 300, "the driver bound trial 1")  # trial 0 ended: %1
+    finally:
+        driver.kill()
+        driver.wait()
+    first = Run.load(folder.trial(0))
+    assert first.status().state == "finished"
+    first_summary = first.dir.summary.stat().st_mtime_ns
+    sweep = workbench.sweeps.Sweep.load(folder.root).wait(timeout=480)
+    frame = sweep.frame()
+    done = frame[frame["state"] == "finished"]
+    assert sorted(done["train.lr"]) == [1e-3, 2e-3, 3e-3], frame  # every point once, trial 0 not again
+    assert first.dir.summary.stat().st_mtime_ns == first_summary
+    (array,) = _arrays(folder.root)  # the queued element was answered by the new driver: no second array
+    assert {str(run.meta["job_id"]) for run in sweep.runs} == {f"{array['job_id']}_{i}" for i in range(3)}
+    assert any("followed again" in line for line in sweep.events)
+    _nothing_left(folder.root, array["job_id"])

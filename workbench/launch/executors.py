@@ -187,3 +187,61 @@ def slurm_failure(command: str, message: str, returncode: int | None) -> str:
         fix = ("the job was not submitted; check launch.slurm (partition, account, qos, sbatch_options), "
                "dist.nodes and launch.time_limit against what the cluster offers (`sinfo`)")
     return f"{command} failed{status}: {said}; {fix}"
+
+
+# --- a sweep's trials as one job array (workbench.launch.sweeparray) -------------------------------
+
+
+class ArraySlurmExecutor(SlurmExecutor):
+    """A SlurmExecutor whose batch (`submit_array`) is always one job array, `array_parallelism` of
+    its elements at once (sbatch --array=0-N%P): submitit sends a batch of one as a plain job, and
+    sends its arrays through a plain submitit SlurmExecutor (not this module's, which puts a refused
+    sbatch in SLURM's words) and follows them as submitit's SlurmJob (not this module's)."""
+
+    def _internal_process_submissions(self, delayed: list[Any]) -> list[Any]:
+        import tempfile
+
+        from submitit.core.utils import JobPaths
+
+        folder = JobPaths.get_first_id_independent_folder(self.folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        pickles = []
+        for submission in delayed:
+            handle, name = tempfile.mkstemp(suffix=".pkl", dir=folder)  # renamed to JOB_I_submitted.pkl below
+            os.close(handle)
+            path = Path(name)
+            submission.set_timeout(self.parameters.get("time", 5), self.max_num_timeout)
+            submission.dump(path)
+            pickles.append(path)
+        array = ArraySlurmExecutor(self.folder, self.max_num_timeout)
+        array.update_parameters(**self.parameters)
+        array.parameters["map_count"] = len(delayed)
+        first = array._submit_command(self._submitit_command_str)
+        jobs = [SlurmJob(folder=self.folder, job_id=f"{first.job_id}_{i}", tasks=list(range(first.num_tasks)))
+                for i in range(len(delayed))]
+        for job, path in zip(jobs, pickles):
+            job.paths.move_temporary_file(path, "submitted_pickle")
+        return jobs
+
+
+def slurm_array_executor(cfg: JobConfig, folder: Path, parallel: int, after: list[str], name: str,
+                         ) -> ArraySlurmExecutor:
+    """An executor for one job array of `cfg`'s resources, `parallel` elements at once, starting
+    once the jobs `after` ended (sbatch --dependency=afterany:...)."""
+    executor = ArraySlurmExecutor(folder=folder, max_num_timeout=20)
+    params = slurm_parameters(cfg)
+    params.update(array_parallelism=parallel, comment=f"workbench sweep {folder.parent}", job_name=f"wb-{name}"[:40])
+    if after:
+        extra = params["additional_parameters"]
+        params["additional_parameters"] = {**extra, "dependency": f"afterany:{':'.join(after)}"}
+    executor.update_parameters(**params)
+    return executor
+
+
+def slurm_shape(cfg: JobConfig) -> dict[str, Any]:
+    """What sbatch asks of the cluster for cfg (nodes, tasks, CPUs, GPUs, time, partition, ...):
+    trials whose shapes differ cannot be elements of one job array."""
+    params = slurm_parameters(cfg)
+    for key in ("job_name", "comment"):
+        params.pop(key, None)
+    return params

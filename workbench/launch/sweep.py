@@ -11,7 +11,8 @@ queued again with the same values.
 
 Where trials run: locally, up to `parallel` at once and never more ranks at once than the machine
 takes (validate.LOCAL_RANKS_PER_CORE per core); through a Pool, one after another in its warm ranks;
-on SLURM, up to `parallel` jobs in the queue at once (one job per trial, the study here)."""
+on SLURM, as the elements of one job array, `parallel` of them at once, each bound to its trial when
+it starts (workbench.launch.sweeparray: one array per resource shape), the study here."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from workbench.config.validate import LOCAL_RANKS_PER_CORE
 from workbench.errors import ConfigError, SubmitError
 from workbench.launch import sweepspace as sp
 from workbench.launch.run import Run
+from workbench.launch.sweeparray import SlurmArrays, slurm_space_problems
 from workbench.launch.sweepscript import SweptScript
 from workbench.launch.sweepstudy import label, make_pruner, make_sampler, optuna_module, storage, write_work
 from workbench.launch.sweepviews import Active, counted, metric_values, missing_metric, state_named
@@ -142,6 +144,8 @@ def _check_target(first: JobConfig, pool: Pool | None, space: Mapping[str, Any],
     checked once, and for a pool every world size the space can ask."""
     from workbench.launch.submit import check_before_submit
 
+    if pool is None and slurm_space_problems(cfg, dict(space)):  # before asking the cluster anything
+        raise ConfigError(slurm_space_problems(cfg, dict(space)))
     check_before_submit(first)
     if pool is not None:
         lists = {f: v if isinstance(v, list) else v.corners() for f, v in space.items() if f.startswith("dist.")}
@@ -173,6 +177,8 @@ class Sweep:
         self.cancelled = False
         self.readonly = False
         """Opened with Sweep.load(folder, resume=False): another process drives it; this one reads."""
+        self.arrays = SlurmArrays(self) if cfg.launch.executor == "slurm" and pool is None else None
+        """On SLURM: the sweep's job arrays, whose started elements the driver binds to trials."""
 
     def __repr__(self) -> str:
         return f"Sweep({str(self.folder)!r}, {self.count_done()}/{self.trials} trials done)"
@@ -212,6 +218,10 @@ class Sweep:
         with self._lock:
             for number in list(self.active):
                 self._poll(number)
+            if self.arrays is not None:  # SLURM: the trials are the elements of job arrays
+                if not self._stop.is_set() and not self.done:
+                    self.arrays.step()
+                return
             while not self._stop.is_set() and self._can_start():
                 self._start_trial()
 
@@ -248,6 +258,8 @@ class Sweep:
     def _mark_finished(self) -> None:
         if self.done and not self.cancelled and not (self.dir.read_meta() or {}).get("finished"):
             self.dir.update_meta(finished=time.time())
+            if self.arrays is not None and not self.readonly:
+                self.arrays.release()  # elements still queued: nothing left for them
             best = self.best
             self._say(f"sweep {self.name} done: {self.count_done()} trials" +
                       (f"; best trial {best.number}: {self.metric} {best.value:.4g} ({_shown(best.params)})"
@@ -272,6 +284,8 @@ class Sweep:
             for number, active in list(self.active.items()):
                 active.run.cancel(by=f"sweep {self.name} cancelled")
                 self._tell(number, active, "FAIL", outcome="cancelled")
+            if self.arrays is not None:
+                self.arrays.release()  # queued and waiting elements too: scancel JOB
             self.cancelled = True
 
     # --- trials ----------------------------------------------------------------------------------
@@ -305,14 +319,16 @@ class Sweep:
         lists = {f: v if isinstance(v, list) else v.corners() for f, v in self.space.items() if f.startswith("dist.")}
         return max(sp.apply_params(self.cfg, p).world_size for p in (sp.grid_points(lists) if lists else [{}]))
 
-    def _start_trial(self) -> None:
-        trial = self.study.ask()
+    def _start_trial(self, trial: Any = None, launcher: Any = None) -> None:
+        """Ask Optuna for a trial (or take the one given) and start its run; `launcher`: on SLURM,
+        the array element the trial is bound to."""
+        trial = self.study.ask() if trial is None else trial
         params = {f: _suggest(trial, f, v) for f, v in self.space.items()}
         run_dir = self.dir.trial(trial.number)
         trial.set_user_attr("run_dir", str(run_dir))
         submitted = time.time()
         try:
-            run = self._submit(sp.apply_params(self.cfg, params), params, run_dir)
+            run = self._submit(sp.apply_params(self.cfg, params), params, run_dir, launcher)
         except (ConfigError, SubmitError) as exc:
             trial.set_user_attr("outcome", "failed")
             trial.set_user_attr("error", str(exc))
@@ -323,16 +339,18 @@ class Sweep:
         self.active[trial.number] = Active(trial, run, submitted)
         self._say(f"trial {trial.number} started ({_shown(params)}): {run.folder}")
 
-    def _submit(self, cfg: JobConfig, params: dict[str, Any], run_dir: Path) -> Run:
+    def _submit(self, cfg: JobConfig, params: dict[str, Any], run_dir: Path, launcher: Any = None) -> Run:
+        """`launcher`: a SLURM array element (sweeparray.Element), submitted to as to a pool."""
         from workbench.launch.submit import submit, submit_fn
 
+        pool = launcher or self.pool
         if self.script is not None:
-            return self.script.submit(cfg, params, run_dir, self.pool, self.stop_with_caller)
+            return self.script.submit(cfg, params, run_dir, pool, self.stop_with_caller)
         kwargs = sp.fn_kwargs(params)
-        if self.pool is not None:
+        if pool is not None:
             if self.fn is not None:
-                return self.pool.submit_fn(self.fn, *self.fn_args, cfg=cfg, run_dir=run_dir, **kwargs)
-            return self.pool.submit(cfg, task=self.task, run_dir=run_dir)
+                return pool.submit_fn(self.fn, *self.fn_args, cfg=cfg, run_dir=run_dir, **kwargs)
+            return pool.submit(cfg, task=self.task, run_dir=run_dir)
         if self.fn is not None:
             return submit_fn(self.fn, *self.fn_args, cfg=cfg, run_dir=run_dir, **kwargs)
         return submit(cfg, task=self.task, run_dir=run_dir, stop_with_caller=self.stop_with_caller)

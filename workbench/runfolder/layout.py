@@ -241,6 +241,10 @@ class RunDir:
         """The meeting on a fresh port after the one of `attempt_key` was taken before the ranks met."""
         return f"{attempt_key}-port{retry}"
 
+    def task_file(self, job_id: str, task: int, what: str) -> Path:
+        """Where submitit writes task `task`'s "log.out", "log.err" or "result.pkl" of job `job_id`."""
+        return self.logs / f"{job_id}_{task}_{what}"
+
     def log_files(self, rank: int, suffix: str) -> list[Path]:
         """The rank's stdout ("out") or stderr ("err") files, one per attempt (submitit names them)."""
         return sorted(self.logs.glob(f"*_{rank}_log.{suffix}"))
@@ -426,6 +430,10 @@ class SweepDir:
         <sweep>/task.pkl                                the swept task factory or function (cloudpickle)
         <sweep>/study.journal                           Optuna's journal (the study: trials, values, states)
         <sweep>/trial-{N}/                              trial N's run (an ordinary run folder)
+        <sweep>/arrays/                                 on SLURM: submitit's folder of the sweep's job arrays
+                                                        (sbatch scripts, pickles, each element's task logs)
+        <sweep>/elements/{JOB}_{I}.waiting.json         written by element I of array JOB when it starts
+        <sweep>/elements/{JOB}_{I}.bound.json           the driver's answer: the trial's run folder, or none
     """
 
     PREFIX = "sweep-"
@@ -460,6 +468,29 @@ class SweepDir:
 
     def trial(self, number: int) -> Path:
         return self.root / f"trial-{number}"
+
+    @property
+    def arrays(self) -> Path:
+        """submitit's folder for the sweep's SLURM job arrays (workbench.launch.sweeparray)."""
+        return self.root / "arrays"
+
+    @property
+    def elements(self) -> Path:
+        return self.root / "elements"
+
+    def element(self, job_id: str, what: str) -> Path:
+        """An array element's marker: "waiting" (the element started) or "bound" (the driver's answer)."""
+        return self.elements / f"{job_id}.{what}.json"
+
+    def waiting_elements(self) -> list[str]:
+        """Job ids ("JOB_I") of the elements that said they started, oldest first."""
+        found = self.elements.glob("*.waiting.json") if self.elements.is_dir() else []
+        return [p.name[: -len(".waiting.json")] for p in sorted(found, key=lambda p: p.stat().st_mtime_ns)]
+
+    def array_task_file(self, job_id: str, task: int, what: str) -> Path:
+        """submitit's file of task `task` of array element `job_id` ("JOB_I"): "log.out", "log.err"
+        or "result.pkl"."""
+        return self.arrays / f"{job_id}_{task}_{what}"
 
     def read_meta(self) -> dict[str, Any] | None:
         return read_json(self.meta)
