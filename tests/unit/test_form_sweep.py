@@ -191,3 +191,18 @@ def test_loading_a_config_turns_the_form_back_into_one_config():
     assert set(form.space) == {"train.lr", "train.schedule"}
     form.set_config(JobConfig.from_dict({"train": {"lr": 2e-3}}))
     assert form.space == {} and form.config.train.lr == 2e-3 and not form.rows["train.schedule"].several.value
+
+
+def _train(steps: int = 10, lr: float = 1e-3) -> None:
+    """A training function for Workbench(fn=...): it reads dist.* and launch.*, not train.*."""
+
+
+def test_a_field_the_swept_function_never_reads_is_one_line_under_it(tmp_path):
+    app = Workbench(JobConfig.from_dict({"launch": {"run_root": str(tmp_path)}}), fn=_train, kwargs={"steps": 5})
+    app.form.widget_for("train.lr").value = "1e-3, 3e-3"
+    assert app.form.problems == ["train.lr: a function does not read the train section (only dist.* and launch.* "
+                                 "reach it); sweep its own argument instead, e.g. 'fn.lr'"]  # once, not per value
+    assert "wb-field-error" in app.form.rows["train.lr"].error.value
+    app.form.widget_for("train.lr").value = "1e-3"
+    app.form.widget_for("dist.procs_per_node").value = "1, 2"  # the function's world size: it is swept
+    assert app.form.problems == [] and app.submit_button.description == "Sweep 2 trials"

@@ -120,6 +120,9 @@ class ConfigForm:
         self.last_valid: JobConfig | None = None
         self._problems: list[str] = []
         self._space: dict[str, sweepform.Values] = {}
+        self.sweep_target: dict[str, Any] = {}
+        """What a sweep of this form runs, {"fn": train} or {"task": factory} (Workbench sets it): its
+        swept values are checked against it."""
         self._callbacks: list[Callable[[JobConfig], None]] = []
         self._checked: list[Callable[[list[str]], None]] = []
         self._holding = False
@@ -239,7 +242,7 @@ class ConfigForm:
             return None, problems
         found = cfg.problems()
         if not found and self._space:
-            found = sweepform.check_values(cfg, self._space)
+            found = sweepform.check_values(cfg, self._space, self.sweep_target)
             cfg, found = (None, found) if found else sweepform.first_config(cfg, self._space)
         return (None if found else cfg), found
 

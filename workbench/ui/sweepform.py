@@ -68,6 +68,7 @@ def field_line(path: str, line: str, prefix: str = "") -> str:
     that field), or with "sweep:" when it is about the sweep as a whole."""
     if prefix and line.startswith(prefix):
         line = line[len(prefix):]
+    line = re.sub(r"^space\[(['\"])(.+?)\1\]: ", r"\2: ", line)  # space['train.lr']: -> train.lr:
     if line.startswith("space: "):
         line = line[len("space: "):]
     if line.endswith(SWEPT_SUFFIX):
@@ -92,21 +93,22 @@ def first_config(base: JobConfig, space: Mapping[str, Values]) -> tuple[JobConfi
     return (None if found else cfg), found
 
 
-def check_values(base: JobConfig, space: Mapping[str, Values]) -> list[str]:
+def check_values(base: JobConfig, space: Mapping[str, Values], target: Mapping[str, Any] | None = None) -> list[str]:
     """Every swept value checked like a single value on `base` (one line per bad value, naming its
-    field), then a grid's combinations; [] when every trial's config is valid."""
+    field), then a grid's combinations; [] when every trial's config is valid.  `target`: what the
+    sweep runs, {"fn": train} or {"task": factory} (a function reads no train.* field)."""
     problems: list[str] = []
     for path, values in space.items():
         for value in values if isinstance(values, list) else values.corners():
-            problems += _space_problems(base, {path: [value]})
+            problems += _space_problems(base, {path: [value]}, target or {})
     if not problems:
-        problems = _space_problems(base, dict(space))
-    return problems
+        problems = _space_problems(base, dict(space), target or {})
+    return list(dict.fromkeys(problems))  # a field a function never reads: one line, not one per value
 
 
-def _space_problems(base: JobConfig, space: dict[str, Values]) -> list[str]:
+def _space_problems(base: JobConfig, space: dict[str, Values], target: Mapping[str, Any]) -> list[str]:
     try:
-        sp.check_space(base, space)
+        sp.check_space(base, space, target.get("fn"), task=target.get("task"))
     except ConfigError as exc:
         return [field_line("", line) for line in exc.problems]
     return []

@@ -44,6 +44,8 @@ class Workbench:
             raise ConfigError(["Workbench: give task= (a task factory) or fn= (a training function), not both"])
         self.task, self.fn, self.fn_args, self.fn_kwargs = task, fn, tuple(args), dict(kwargs or {})
         self.form = ConfigForm(cfg)
+        self._swept_fn = functools.partial(fn, **self.fn_kwargs) if fn is not None and self.fn_kwargs else fn
+        self.form.sweep_target = {"fn": self._swept_fn, "task": task}
         self.scaling = ScalingView(self.form)
         self.run: Run | None = None
         self.dashboard: Dashboard | None = None
@@ -190,10 +192,9 @@ class Workbench:
                 raise ConfigError(["sweep: no field holds several values; write e.g. 1e-3, 3e-3 in train.lr"])
             if options is None:
                 raise ConfigError(problems)
-            fn = functools.partial(self.fn, **self.fn_kwargs) if self.fn is not None and self.fn_kwargs else self.fn
             sweep = workbench.sweep(cfg, space, trials=options.trials, parallel=options.parallel,
                                     metric=options.metric, pool=self._warm_pool(cfg) if self.keep_warm.value else None,
-                                    task=self.task, fn=fn, fn_args=self.fn_args)
+                                    task=self.task, fn=self._swept_fn, fn_args=self.fn_args)
         except ConfigError as exc:
             self.form.show_problems(exc.problems, "sweep not started - fix these first:")
             self.status.value = _message("sweep not started: the form has problems (listed in the form)", ok=False)
