@@ -18,6 +18,7 @@ from tests.support import REPO
 from tests.support.lifecycle import ENDLESS, assert_nothing_left, run_processes, wait_until
 from tests.support.tasks_for_tests import slow
 from workbench.config import JobConfig
+from workbench.errors import SubmitError
 from workbench.launch.run import Run
 from workbench.runfolder.layout import RunDir, SweepDir
 
@@ -99,7 +100,7 @@ def test_a_grid_on_slurm_is_one_job_array_two_at_a_time(slurm_cluster, tmp_path)
         assert run.logs(0)  # the rank's own log in its run folder
         job_ids.add(str(meta["job_id"]))
     assert job_ids == {f"{array_id}_{i}" for i in range(4)}
-    assert _sacct(array_id) == {job: "COMPLETED" for job in job_ids}
+    wait_until(lambda: _sacct(array_id) == {job: "COMPLETED" for job in job_ids}, 60, "every element COMPLETED")
     assert _most_at_once(sweep.runs) == 2  # parallel=2: the array's %2, never more
     assert any("job array" in line for line in sweep.events)
     _nothing_left(sweep.folder, array_id)
@@ -120,8 +121,8 @@ def test_a_pruned_trial_cancels_its_element_alone(slurm_cluster, tmp_path):
     assert pruned.status().state == "cancelled" and "pruned" in pruned.meta["cancelled_by"]
     assert finished.status().step == 400
     (array,) = _arrays(sweep.folder)
-    states = _sacct(array["job_id"])
-    assert states[str(pruned.meta["job_id"])] == "CANCELLED" and states[str(finished.meta["job_id"])] == "COMPLETED"
+    expected = {str(pruned.meta["job_id"]): "CANCELLED", str(finished.meta["job_id"]): "COMPLETED"}
+    wait_until(lambda: _sacct(array["job_id"]) == expected, 60, f"sacct saying {expected}")
     _nothing_left(sweep.folder, array["job_id"])
 
 
@@ -137,10 +138,23 @@ def test_sweep_cancel_leaves_no_process_and_no_queued_element(slurm_cluster, tmp
     _nothing_left(sweep.folder, array["job_id"])
     run = sweep.runs[0]
     assert run.status().state == "cancelled"
-    states = _sacct(array["job_id"])
-    assert set(states.values()) == {"CANCELLED"}, states
+    wait_until(lambda: set(_sacct(array["job_id"]).values()) == {"CANCELLED"}, 60, "every element CANCELLED")
     seen = workbench.sweeps.Sweep.load(sweep.folder, resume=False)
     assert set(seen.frame()["state"]) == {"cancelled"} and seen.done
+
+
+@pytest.mark.timeout(300)
+def test_an_element_that_dies_before_its_trial_stops_the_sweep_in_one_line(slurm_cluster, tmp_path):
+    """The array's sbatch setup fails (a broken module load, say): the element never reaches
+    Python, so no trial can start; the driver says which element and where its log is, instead of
+    submitting arrays for ever."""
+    c = _cfg(tmp_path, slurm_cluster)
+    c = c.replace(launch__slurm={**c.to_dict()["launch"]["slurm"], "setup": ["exit 3"]})
+    sweep = workbench.sweep(c, {"train.lr": [1e-3]}, pruner="none")
+    with pytest.raises(SubmitError, match=r"SLURM array element \d+_0 ended before it started a trial; see .*err"):
+        sweep.wait(timeout=240)
+    (array,) = _arrays(sweep.folder)
+    assert not sweep.runs and not _queued(array["job_id"])
 
 
 DRIVER = """
