@@ -107,6 +107,24 @@ def test_a_grid_on_slurm_is_one_job_array_two_at_a_time(slurm_cluster, tmp_path)
 
 
 @pytest.mark.timeout(600)
+def test_trials_of_two_resource_shapes_are_two_arrays_one_after_the_other(slurm_cluster, tmp_path):
+    """SLURM gives every element of an array the same resources: a grid over dist.nodes is one
+    array per shape, the second starting once the first ended (afterany)."""
+    sweep = workbench.sweep(_cfg(tmp_path, slurm_cluster), {"dist.nodes": [1, 2]}, parallel=2, pruner="none")
+    sweep.wait(timeout=540)
+    frame = sweep.frame()
+    assert set(frame["state"]) == {"finished"} and len(frame) == 2, frame
+    first, second = _arrays(sweep.folder)
+    assert first["size"] == second["size"] == 1 and second["after"] == [first["job_id"]]
+    script = (SweepDir(sweep.folder).arrays / f"{second['job_id']}_submission.sh").read_text()
+    assert f"#SBATCH --dependency=afterany:{first['job_id']}" in script and "#SBATCH --nodes=2" in script
+    for run in sweep.runs:  # each trial on an element of its own shape
+        shape = first if run.world_size == 1 else second
+        assert str(run.meta["job_id"]) == f"{shape['job_id']}_0"
+    _nothing_left(sweep.folder, second["job_id"])
+
+
+@pytest.mark.timeout(600)
 def test_a_pruned_trial_cancels_its_element_alone(slurm_cluster, tmp_path):
     """lr 1e4 blows the loss up at its first steps; each step takes 0.05 s (the slowed task), so its
     400 steps last long after that: only the pruner ends it, with scancel JOB_I.  The other element
