@@ -207,13 +207,18 @@ def test_a_script_sweep_runs_each_trial_with_its_own_option(tmp_path):
 
 
 def test_a_script_trial_without_the_metric_fails_naming_what_it_logged(tmp_path):
-    sweep = workbench.sweep(_cfg(tmp_path), {"args.lr": [1e-3]}, script=SWEEP_SCRIPT,
-                            script_args=["--log", "accuracy", "--steps", "1"], pruner="none").wait(timeout=240)
-    assert sweep.frame()["state"].tolist() == ["failed"] and sweep.best is None
-    (line,) = [e for e in sweep.events if e.startswith("trial 0 ")][1:]  # after "trial 0 started"
-    assert line == ("trial 0 failed: its run finished without logging val_loss (it logged accuracy); set metric= "
-                    "to one of them, or log val_loss with workbench.log(step=..., val_loss=value)"), sweep.events
-    assert sweep.study.get_trials()[0].user_attrs["error"] == line.split(": ", 1)[1]
+    """With --steps 1 the script logs `accuracy` (not the sweep's val_loss), with --steps 0 nothing."""
+    sweep = workbench.sweep(_cfg(tmp_path), {"args.steps": [1, 0]}, script=SWEEP_SCRIPT,
+                            script_args=["--log", "accuracy"], parallel=2, pruner="none").wait(timeout=240)
+    assert sweep.frame()["state"].tolist() == ["failed", "failed"] and sweep.best is None
+    why = {1: "its run finished without logging val_loss (it logged accuracy); set metric= to one of them, or log "
+              "val_loss with workbench.log(step=..., val_loss=value)",
+           0: "its run finished without logging any metric (val_loss is the sweep's); log it on rank 0 with "
+              "workbench.log(step=..., val_loss=value)"}
+    for trial in sweep.study.get_trials():
+        expected = why[trial.params["args.steps"]]
+        assert trial.user_attrs["error"] == expected
+        assert f"trial {trial.number} failed: {expected}" in sweep.events, sweep.events
     _nothing_left(sweep)
 
 
