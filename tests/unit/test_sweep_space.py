@@ -302,3 +302,20 @@ def test_a_bad_script_function_or_factory_sweep_fails_before_anything_is_made(tm
     for word in words:
         assert word in str(err.value)
     assert not (tmp_path / "runs").exists()
+
+
+@given(st.lists(st.sampled_from([["--lr", "0.5"], ["--lr=0.25"], ["--steps", "3"], ["--amp"]]), max_size=5),
+       st.floats(min_value=1e-8, max_value=10, allow_nan=False))
+def test_the_script_parses_the_swept_value_whatever_its_base_arguments(base, lr):
+    """argparse, as a torchrun-style script reads its options, sees the trial's --lr and the rest of
+    the base arguments unchanged."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--lr", type=float, default=1.0)
+    parser.add_argument("--steps", type=int, default=1)
+    parser.add_argument("--amp", action="store_true")
+    argv = [token for pair in base for token in pair]
+    seen = parser.parse_args(sp.script_argv(argv, {"args.lr": lr}))
+    assert seen.lr == lr
+    assert (seen.steps, seen.amp) == (3 if "--steps" in argv else 1, "--amp" in argv)
