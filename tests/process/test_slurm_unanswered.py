@@ -177,6 +177,10 @@ def test_run_status_is_one_line_and_the_repr_says_slurm_is_not_answering(tmp_pat
     status, ended = run.live_status()  # what a view reads: the run folder's status, and why SLURM is not in it
     assert (status.state, status.step, ended) == ("running", 10, False)
     assert status.scheduler_error.startswith(f"SLURM cannot be asked about job {JOB_ID}: sacct failed")
+    plot = run.plot(interactive=True)  # the interactive figure reads the run folder: no error for SLURM
+    assert plot.live_run and len(plot.data.ranks) == 2
+    with pytest.raises(RuntimeError, match="is running: no summary yet"):
+        run.result()
 
 
 def test_run_wait_warns_once_and_goes_on_until_the_ranks_say_how_it_ended(tmp_path, slurm_down, monkeypatch):
@@ -206,6 +210,7 @@ def test_run_wait_warns_once_and_goes_on_until_the_ranks_say_how_it_ended(tmp_pa
         timer.cancel()
     assert status.state == "finished" and status.scheduler_error, status
     assert polls[0] == "running" and polls[-1] == "finished"
+    assert run.result() == {"status": "finished"} and run.exception() is None  # what follows wait() works too
 
 
 def _workbench(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -307,7 +307,7 @@ class Run:
 
     def result(self) -> dict[str, Any]:
         """The run summary; raises RunFailed (with the failing rank's traceback) if it failed."""
-        status = self.status()
+        status, _ = self.live_status()  # the ranks' word: SLURM not answering does not hide a summary
         if status.state == "failed":
             raise RunFailed(self.exception(), self.folder)
         summary = self.dir.read_summary()
@@ -320,7 +320,7 @@ class Run:
         (with the failing rank's traceback) if it failed."""
         import pickle
 
-        status = self.status()
+        status, _ = self.live_status()
         if status.state == "failed":
             raise RunFailed(self.exception(status), self.folder)
         if status.state != "finished":
@@ -338,7 +338,7 @@ class Run:
         its consequences.  Failures are rank errors, ranks that ended without a word (dated by their
         last heartbeat) and a controller that died; when none left a word at all, the last
         traceback in a rank's stderr (an error before the rank could report)."""
-        status = status or self.status()
+        status = status or self.live_status()[0]
         failures = [from_record(rank, e) for rank, e in self._errors().items()]
         failures += self._gone(status, {f.rank for f in failures})
         cause = cause_of(failures)
@@ -434,7 +434,7 @@ class Run:
         live = status is not None and not status.done
         slow = self.stragglers(max_age_s=STRAGGLERS_LIVE_EVERY_S if live else 0.0)
         found["stragglers"] = dict(zip(slow["rank"].astype(int).tolist(), slow["slower_by"].astype(float).tolist()))
-        found["stalled_ranks"] = [r.rank for r in (status or self.status()).ranks if r.stalled or r.silent]
+        found["stalled_ranks"] = [r.rank for r in (status or self.live_status()[0]).ranks if r.stalled or r.silent]
         return found
 
     def stragglers(self, max_age_s: float = 0.0) -> pd.DataFrame:
