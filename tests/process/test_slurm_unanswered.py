@@ -187,12 +187,17 @@ def test_run_wait_warns_once_and_goes_on_until_the_ranks_say_how_it_ended(tmp_pa
     from workbench.launch import run as run_module
 
     monkeypatch.setattr(run_module, "SCHEDULER_RETRY_S", 0.2)  # ask SLURM again often: many polls, one warning
+    from workbench.launch.executors import SlurmJob
+
     folder = slurm_run(tmp_path)
     run = run_module.Run.load(folder.root)
+    asked = SlurmJob.watcher.num_calls
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         with pytest.raises(TimeoutError):
             run.wait(timeout=2.0, poll_s=0.1)
+    # asked again every SCHEDULER_RETRY_S, not after submitit's backoff (2 s at first, then up to 10 min)
+    assert SlurmJob.watcher.num_calls - asked >= 3, SlurmJob.watcher.num_calls - asked
     mine = [w for w in seen if issubclass(w.category, RuntimeWarning)]
     said = [str(w.message) for w in mine]
     assert len(said) == 1, said

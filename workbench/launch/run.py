@@ -145,14 +145,15 @@ class Run:
         return done and not self._local_processes_left()
 
     def _ask_scheduler(self) -> bool:
-        """The job's own done(); once SLURM failed to answer, forced (a new sacct) every SCHEDULER_RETRY_S,
-        so that a view sees the controller come back without waiting for submitit's backoff."""
-        if self.scheduler_error is not None and hasattr(self.job, "watcher"):
-            if time.monotonic() - self._asked_at >= SCHEDULER_RETRY_S:
-                self._asked_at = time.monotonic()
-                return bool(self.job.done(force_check=True))
-        else:
+        """The job's own done(); once SLURM failed to answer, a new sacct every SCHEDULER_RETRY_S
+        (through the job's watcher: submitit's force_check does not reach a multi-task job's tasks),
+        so that a view sees the controller come back without waiting for submitit's backoff (minutes)."""
+        watcher = getattr(self.job, "watcher", None)
+        if self.scheduler_error is None or watcher is None:
             self._asked_at = time.monotonic()
+        elif time.monotonic() - self._asked_at >= SCHEDULER_RETRY_S:
+            self._asked_at = time.monotonic()
+            watcher.update()  # says a failure by keeping it (workbench.launch.executors.SlurmWatcher)
         return bool(self.job.done())
 
     def _local_processes_left(self) -> bool:
