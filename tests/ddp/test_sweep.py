@@ -223,15 +223,14 @@ def test_a_script_trial_without_the_metric_fails_naming_what_it_logged(tmp_path)
 
 
 def test_workbench_sweep_sweeps_a_script_and_resume_runs_it_from_anywhere(tmp_path):
-    """As a user types it, from the script's folder: `--script train.py --grid args.lr=... -- ARGS`.
-    Ctrl-C while trial 0 is held cancels it; `--resume` from another folder runs the same script
-    (its path, base arguments and the ranks' folder kept in sweep.json) with trial 0's value again."""
+    """As a user types it, from the script's folder, with no config file (the defaults; runs/ here):
+    `--script train.py --nproc 2 --grid args.lr=... -- ARGS`.  Ctrl-C while trial 0 is held cancels
+    it; `--resume` from another folder runs the same script (its path, base arguments and the ranks'
+    folder kept in sweep.json) with trial 0's value again."""
     proj, gate = tmp_path / "proj", tmp_path / "gate"
     proj.mkdir()
     (proj / "train.py").write_text(SWEEP_SCRIPT.read_text())
-    config = tmp_path / "base.yaml"
-    _cfg(tmp_path, procs=2).to_yaml(config)
-    command = subprocess.Popen([*CLI, "sweep", str(config), "--script", "train.py", "--grid", "args.lr=1e-3,1e-2",
+    command = subprocess.Popen([*CLI, "sweep", "--script", "train.py", "--nproc", "2", "--grid", "args.lr=1e-3,1e-2",
                                 "--metric", "score", "--prune", "none", "--name", "script", "--", "--steps", "2",
                                 "--gate", str(gate)], cwd=proj, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
@@ -250,6 +249,7 @@ def test_workbench_sweep_sweeps_a_script_and_resume_runs_it_from_anywhere(tmp_pa
     done = subprocess.run([*CLI, "sweep", "--resume", str(folder.root)], cwd=tmp_path, capture_output=True,
                           text=True, timeout=240)
     assert done.returncode == 0 and "trial 0 queued again" in done.stdout, done.stdout + done.stderr
+    assert folder.root.parent == proj / "runs"
     frame = workbench.sweeps.Sweep.load(folder.root, resume=False).frame()
     finished = frame[frame["state"] == "finished"].sort_values("args.lr")
     assert finished["args.lr"].tolist() == [1e-3, 1e-2], frame
@@ -257,6 +257,7 @@ def test_workbench_sweep_sweeps_a_script_and_resume_runs_it_from_anywhere(tmp_pa
         run = Run.load(row["run"])
         assert run.meta["args"] == ["--steps", "2", "--gate", str(gate), "--lr", repr(row["args.lr"])]
         assert run.meta["cwd"] == str(proj) and row["score_last"] == pytest.approx(1000 * row["args.lr"])
+        assert run.world_size == 2
     for run_dir in frame["run"]:
         assert_nothing_left(Path(run_dir))
 
