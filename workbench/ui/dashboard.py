@@ -113,8 +113,6 @@ class Dashboard:
         while not self._stop.is_set():
             try:
                 state = self.refresh()
-            except SubmitError as exc:  # one line, never a traceback; the next poll tries again
-                self.show_scheduler(str(exc))
             except Exception:  # noqa: BLE001 - show it and keep polling: the files may settle
                 self.error.value = f"<pre style='color:#a94442'>{html.escape(traceback.format_exc())}</pre>"
             else:
