@@ -83,6 +83,11 @@ def _most_at_once(runs: list[Run]) -> int:
 def test_a_grid_on_slurm_is_one_job_array_two_at_a_time(slurm_cluster, tmp_path):
     lrs = [1e-3, 2e-3, 5e-3, 1e-2]
     sweep = workbench.sweep(_cfg(tmp_path, slurm_cluster), {"train.lr": lrs}, parallel=2, pruner="none")
+    wait_until(lambda: _arrays(sweep.folder), 120, "the array submitted")
+    shown = subprocess.run(["squeue", "-h", "-j", _arrays(sweep.folder)[0]["job_id"], "-o", "%i"],
+                           capture_output=True, text=True, timeout=30).stdout.split()
+    assert shown and all(job.startswith(f"{_arrays(sweep.folder)[0]['job_id']}_") for job in shown), shown
+    print(f"\n[sweep] squeue right after the submission: {shown}", flush=True)  # e.g. ['123_[0-3%2]']
     sweep.wait(timeout=540)
     frame = sweep.frame()
     assert len(frame) == 4 and set(frame["state"]) == {"finished"}, frame
