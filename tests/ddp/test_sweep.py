@@ -222,6 +222,20 @@ def test_a_script_trial_without_the_metric_fails_naming_what_it_logged(tmp_path)
     _nothing_left(sweep)
 
 
+def test_a_module_sweep_runs_it_as_python_m_from_the_folder_the_sweep_was_made_in(tmp_path, monkeypatch):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "train_lr.py").write_text(SWEEP_SCRIPT.read_text())
+    monkeypatch.chdir(tmp_path)
+    sweep = workbench.sweep(_cfg(tmp_path), {"args.lr": [1e-2]}, module="pkg.train_lr", script_args=["--steps", "1"],
+                            metric="score", pruner="none").wait(timeout=240)
+    (run,) = sweep.runs
+    assert sweep.frame()["state"].tolist() == ["finished"], sweep.events
+    assert run.meta["args"] == ["--steps", "1", "--lr", "0.01"] and run.meta["cwd"] == str(tmp_path)
+    assert sweep.best.value == pytest.approx(10.0) and run.config.task.name == "<script train_lr>"
+    _nothing_left(sweep)
+
+
 def test_workbench_sweep_sweeps_a_script_and_resume_runs_it_from_anywhere(tmp_path):
     """As a user types it, from the script's folder, with no config file (the defaults; runs/ here):
     `--script train.py --nproc 2 --grid args.lr=... -- ARGS`.  Ctrl-C while trial 0 is held cancels

@@ -44,6 +44,7 @@ def test_a_bad_sweep_is_one_line_and_exit_2(tmp_path, args, words):
     (["--grid", "train.lr=1e-3", "--", "--epochs", "1"], ["-- --epochs 1: arguments after -- are a swept script's",
                                                           "--script train.py"]),
     (["--resume", "{tmp}", "--", "--epochs", "1"], ["a resumed sweep runs its script with the arguments it was made"]),
+    (["-m", "pkg/train.py", "--grid", "args.lr=1e-3"], ["module: 'pkg/train.py' is not a module name"]),
 ])
 def test_a_bad_script_sweep_is_one_line_and_exit_2(tmp_path, args, words):
     config = tmp_path / "base.yaml"

@@ -254,6 +254,10 @@ def test_a_swept_script_is_resolved_named_and_kept_as_json(tmp_path, monkeypatch
     cfg = swept.base_config(_cfg(tmp_path))
     assert cfg.task.name == "<script my-train>" and cfg.launch.name == "my-train"
     assert swept.base_config(_cfg(tmp_path).replace(launch__name="mine")).launch.name == "mine"
+    module = SweptScript.given(None, ["--x", "1"], module="pkg.train_lm")
+    assert (module.path, module.module, module.cwd) == ("pkg.train_lm", True, str(tmp_path))
+    assert SweptScript.from_json(module.to_json()) == module
+    assert module.base_config(_cfg(tmp_path)).task.name == "<script train_lm>"
 
 
 def _factory(width, depth=1):
@@ -290,12 +294,16 @@ def test_a_swept_option_the_named_task_does_not_take_is_one_line(tmp_path):
     ({"space": {"args.lr": [1e-3]}}, ["args.* fields are a swept script's options"]),
     ({"fn": _train, "space": {"fn.momentum": [0.9]}}, ["_train takes no argument 'momentum'"]),
     ({"task": _factory, "space": {"task.options.height": [4]}}, ["_factory() does not take height"]),
+    ({"module": "pkg/train.py"}, ["module: 'pkg/train.py' is not a module name", "module='package.train'"]),
+    ({"module": "pkg.train", "script": "train.py"}, ["module: 'pkg.train' and script: 'train.py' given"]),
+    ({"module": "pkg.train", "task": _factory}, ["sweep: task= and script= given"]),
 ])
 def test_a_bad_script_function_or_factory_sweep_fails_before_anything_is_made(tmp_path, monkeypatch, kwargs, words):
     pytest.importorskip("optuna")
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.py").write_text("import workbench\n")
-    space = kwargs.pop("space", {"args.lr": [1e-3]} if "script" in kwargs else {"train.lr": [1e-3]})
+    scripted = "script" in kwargs or "module" in kwargs
+    space = kwargs.pop("space", {"args.lr": [1e-3]} if scripted else {"train.lr": [1e-3]})
     with pytest.raises(ConfigError) as err:
         workbench.sweep(_cfg(tmp_path), space, **kwargs)
     assert len(err.value.problems) == 1, err.value.problems

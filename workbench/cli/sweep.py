@@ -21,6 +21,8 @@ def add_sweep_parser(sub: Any) -> None:
     sweep.add_argument("--script", metavar="SCRIPT.py", help="sweep a torchrun-style script's options, run as "
                        "workbench launch runs it: --grid args.lr=1e-3,1e-2 is --lr VALUE; its base arguments "
                        "follow --, e.g. --script train.py --grid args.lr=1e-3,1e-2 -- --epochs 1")
+    sweep.add_argument("-m", dest="module", metavar="MODULE", help="sweep a module's options instead, run as "
+                       "python -m runs it (as workbench launch -m)")
     sweep.add_argument("--nproc", type=int, help="ranks per node (dist.procs_per_node)")
     sweep.add_argument("--grid", action="append", default=[], metavar="FIELD=V1,V2,...",
                        help="a field's values, e.g. --grid train.lr=1e-3,3e-3 (repeatable: every combination)")
@@ -73,7 +75,7 @@ def _start(args: argparse.Namespace) -> tuple[Any, Any]:
     script_args = _script_args(args)
     if args.resume:
         return Sweep.load(args.resume, background=False, stop_with_caller=True, on_event=_line), None
-    if not args.config and not args.script:
+    if not args.config and not args.script and not args.module:
         raise ConfigError(["sweep: give the base config (workbench sweep CONFIG.yaml --grid ...), a script "
                            "(--script train.py --grid args.lr=...) or --resume FOLDER"])
     space = parse_assignments(args.grid, args.search)
@@ -93,7 +95,7 @@ def _start(args: argparse.Namespace) -> tuple[Any, Any]:
         started = sweep(cfg, space, trials=args.trials, parallel=args.parallel, metric=args.metric,
                         direction=args.direction, pruner=args.prune, pool=pool,
                         executor=None if executor in (None, "pool") else executor, name=args.name,
-                        script=args.script, script_args=script_args, background=False,
+                        script=args.script, script_args=script_args, module=args.module, background=False,
                         stop_with_caller=True, on_event=_line)
     except BaseException:
         _close(pool)
@@ -107,7 +109,7 @@ def _script_args(args: argparse.Namespace) -> list[str]:
     if given and args.resume:
         raise ConfigError([f"-- {' '.join(given)}: a resumed sweep runs its script with the arguments it was made "
                            "with (its sweep.json); leave out what follows --"])
-    if given and not args.script:
+    if given and not args.script and not args.module:
         raise ConfigError([f"-- {' '.join(given)}: arguments after -- are a swept script's; give the script "
                            "(--script train.py), or leave them out"])
     return given

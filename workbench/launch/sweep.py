@@ -64,7 +64,7 @@ def sweep(cfg: JobConfig, space: Mapping[str, Any], *, trials: int | None = None
           metric: str = "val_loss", direction: str = "minimize", sampler: Any = None, pruner: Any = None,
           pool: Pool | None = None, executor: str | None = None, name: str | None = None,
           task: Callable[..., Any] | None = None, fn: Callable[..., Any] | None = None, fn_args: tuple[Any, ...] = (),
-          script: str | Path | None = None, script_args: Sequence[str] = (),
+          script: str | Path | None = None, script_args: Sequence[str] = (), module: str | None = None,
           background: bool = True, stop_with_caller: bool = False,
           on_event: Callable[[str], None] | None = None) -> Sweep:
     """Search `space` ({field: [values]} for a grid, {field: workbench.sweeps.loguniform(a, b)} for a
@@ -72,13 +72,13 @@ def sweep(cfg: JobConfig, space: Mapping[str, Any], *, trials: int | None = None
     `background=False`: the caller drives it with `wait()`).  `metric` is an eval metric (val_loss,
     val_<name>) or a logged one (loss), reported to the pruner at each eval or logged step.  `task`
     sweeps a task factory (fields task.options.*), `fn` a function run by submit_fn (fields fn.*),
-    `script` a torchrun-style script run as submit_script runs it, with `script_args` (fields args.*:
-    args.lr is --lr VALUE; the script logs its metric with workbench.log)."""
+    `script` a torchrun-style script run as submit_script runs it (or `module`, as python -m), with
+    `script_args` (fields args.*: args.lr is --lr VALUE; the script logs its metric with workbench.log)."""
     optuna = optuna_module()
     space = sp.normalised(space)
     cfg = cfg.replace(launch__executor=executor) if executor else cfg
     _check_arguments(trials, parallel, direction, space)
-    swept = _swept_script(script, script_args, task, fn)
+    swept = _swept_script(script, module, script_args, task, fn)
     cfg = _base_config(cfg, task, fn, swept)
     sp.check_space(cfg, space, fn, task=task, script=swept)
     points = sp.grid_points(space) if sp.is_grid(space) else []  # type: ignore[arg-type]
@@ -100,14 +100,15 @@ def sweep(cfg: JobConfig, space: Mapping[str, Any], *, trials: int | None = None
                  on_event=on_event).start(background)
 
 
-def _swept_script(script: str | Path | None, script_args: Sequence[str], task: Any, fn: Any) -> SweptScript | None:
-    if script is None:
+def _swept_script(script: str | Path | None, module: str | None, script_args: Sequence[str], task: Any,
+                  fn: Any) -> SweptScript | None:
+    if script is None and module is None:
         if script_args:
             raise ConfigError([f"script_args: {list(script_args)!r} given without script=; pass the script they are "
                                "for (script='train.py'), or leave them out"])
         return None
-    sp.check_kind({}, task=task, fn=fn, script=script)  # one thing swept, said before the script is looked for
-    return SweptScript.given(script, script_args)
+    sp.check_kind({}, task=task, fn=fn, script=script or module)  # one thing swept, before the script is looked for
+    return SweptScript.given(script, script_args, module)
 
 
 def _base_config(cfg: JobConfig, task: Any, fn: Any, script: SweptScript | None) -> JobConfig:
@@ -259,7 +260,7 @@ class Sweep:
         if self.done and not self.cancelled and not (self.dir.read_meta() or {}).get("finished"):
             self.dir.update_meta(finished=time.time())
             if self.arrays is not None and not self.readonly:
-                self.arrays.release()  # elements still queued: nothing left for them
+                self.arrays.release(strict=False)  # elements still queued: nothing left for them
             best = self.best
             self._say(f"sweep {self.name} done: {self.count_done()} trials" +
                       (f"; best trial {best.number}: {self.metric} {best.value:.4g} ({_shown(best.params)})"
@@ -284,9 +285,9 @@ class Sweep:
             for number, active in list(self.active.items()):
                 active.run.cancel(by=f"sweep {self.name} cancelled")
                 self._tell(number, active, "FAIL", outcome="cancelled")
+            self.cancelled = True
             if self.arrays is not None:
                 self.arrays.release()  # queued and waiting elements too: scancel JOB
-            self.cancelled = True
 
     # --- trials ----------------------------------------------------------------------------------
     def _trials(self) -> list[Any]:

@@ -1,11 +1,13 @@
-"""A script swept by `workbench.sweep(cfg, space, script="train.py", script_args=[...])`: each trial
-runs it as `workbench.submit_script` / `workbench launch` does (torchrun's environment on every rank),
+"""A script swept by `workbench.sweep(cfg, space, script="train.py", script_args=[...])` (or a module,
+`module="package.train"`, as python -m runs it): each trial runs it as `workbench.submit_script` /
+`workbench launch` does (torchrun's environment on every rank),
 with its args.* fields written as `--NAME VALUE` into the base arguments (sweepspace.script_argv).
 The script reports its metric with `workbench.log(step=..., val_loss=...)`, read from the trial's run
 folder as any other trial's.  Kept in sweep.json, so `Sweep.load(folder)` runs the same script."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,20 +26,30 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class SweptScript:
     path: str
-    """The script, resolved when the sweep was made (a resume from another folder finds it)."""
+    """The script, resolved when the sweep was made (a resume from another folder finds it), or the
+    module's name."""
     args: tuple[str, ...] = ()
     """Its base arguments; each trial's args.* fields replace or follow them."""
     cwd: str = ""
     """The ranks' working folder: where the sweep was made, as submit_script's default."""
+    module: bool = False
+    """`path` is a module, run as python -m runs it (from `cwd`)."""
 
     @classmethod
-    def given(cls, script: str | Path, args: Sequence[str] | None) -> SweptScript:
-        """The script and its base arguments, checked: one ConfigError line naming what is wrong."""
+    def given(cls, script: str | Path | None, args: Sequence[str] | None, module: str | None = None) -> SweptScript:
+        """The script (or module) and its base arguments, checked: one ConfigError line naming what is wrong."""
         if isinstance(args, (str, bytes)) or not all(isinstance(a, str) for a in args or ()):
             raise ConfigError([f"script_args: {args!r} is not a list of strings; write the script's arguments "
                                "as its command line has them, e.g. ['--epochs', '1']"])
         cwd = Path.cwd()
-        path = (cwd / Path(script)).resolve()
+        if module is not None:
+            if script is not None:
+                raise ConfigError([f"module: {module!r} and script: {str(script)!r} given; sweep one of them"])
+            if not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", str(module)):
+                raise ConfigError([f"module: {module!r} is not a module name; write it as python -m takes it, "
+                                   "e.g. module='package.train'"])
+            return cls(str(module), tuple(args or ()), str(cwd), module=True)
+        path = (cwd / Path(script or "")).resolve()
         if not path.is_file():
             raise ConfigError([f"script: {script} does not exist (no file {path}); give the path of the "
                                "torchrun-style script to sweep, e.g. script='train.py'"])
@@ -45,7 +57,7 @@ class SweptScript:
 
     def base_config(self, cfg: JobConfig) -> JobConfig:
         """cfg as submit_script runs the script (task.name "<script NAME>", the run named after it)."""
-        name = Path(self.path).stem
+        name = self.path.rsplit(".", 1)[-1] if self.module else Path(self.path).stem
         return cfg.replace(task__name=f"<script {name}>",
                            **({} if cfg.launch.name else {"launch__name": safe_name(name)}))
 
@@ -55,15 +67,18 @@ class SweptScript:
         from workbench.launch.submit import submit_script
 
         argv = sp.script_argv(self.args, params)
+        script, module = (None, self.path) if self.module else (self.path, None)
         if pool is not None:
-            return pool.submit_script(self.path, argv, cfg=cfg, run_dir=run_dir, cwd=self.cwd)
-        return submit_script(self.path, argv, cfg, run_dir=run_dir, cwd=self.cwd, stop_with_caller=stop_with_caller)
+            return pool.submit_script(script, argv, cfg=cfg, run_dir=run_dir, module=module, cwd=self.cwd)
+        return submit_script(script, argv, cfg, run_dir=run_dir, module=module, cwd=self.cwd,
+                             stop_with_caller=stop_with_caller)
 
     def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "args": list(self.args), "cwd": self.cwd}
+        return {"path": self.path, "args": list(self.args), "cwd": self.cwd, "module": self.module}
 
     @classmethod
     def from_json(cls, data: Any) -> SweptScript | None:
         if not isinstance(data, Mapping) or not isinstance(data.get("path"), str):
             return None
-        return cls(data["path"], tuple(str(a) for a in data.get("args") or ()), str(data.get("cwd") or ""))
+        return cls(data["path"], tuple(str(a) for a in data.get("args") or ()), str(data.get("cwd") or ""),
+                   module=data.get("module") is True)
