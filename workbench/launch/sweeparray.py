@@ -81,6 +81,8 @@ class SlurmArrays:
         self.sweep = sweep
         self.checked = float("-inf")
         """When the queue was last compared with the work left (time.monotonic())."""
+        self.unanswered: str | None = None
+        """What SLURM said when the queue could not be read (said once, then read again later)."""
 
     @property
     def dir(self) -> SweepDir:
@@ -102,7 +104,14 @@ class SlurmArrays:
     def plan(self) -> None:
         self.checked = time.monotonic()
         records = self.records()
-        live = live_elements([r["job_id"] for r in records]) if records else set()
+        try:
+            live = live_elements([r["job_id"] for r in records]) if records else set()
+        except SubmitError as exc:  # SLURM does not answer now: elements that wait are still answered
+            if str(exc) != self.unanswered:
+                self.sweep._say(f"{exc} (read again every {REPLAN_EVERY_S:.0f} s)")
+            self.unanswered = str(exc)
+            return
+        self.unanswered = None
         capacity = Counter(r["shape"] for r in records for e in _elements(r)
                            if e in live and not self.dir.element(e, "bound").exists())
         self._check_started(records, live)
@@ -162,13 +171,23 @@ class SlurmArrays:
                     raise SubmitError(f"sweep {self.dir.root}: SLURM array element {job_id} ended before it started "
                                       f"a trial; see {log} and sacct -j {job_id}")
 
-    def release(self) -> None:
-        """Cancel what is left of the arrays (queued or waiting elements): the sweep is over."""
+    def release(self, strict: bool = True) -> None:
+        """Cancel what is left of the arrays (queued or waiting elements): the sweep is over.  When
+        SLURM does not answer, sweep.json already says the sweep is over, so the elements end as
+        they start: raised (`strict`, a cancel) or said (the end of the sweep)."""
         records = [r for r in self.records() if not r.get("released")]
         if not records:
             return
-        live = live_elements([r["job_id"] for r in records])
-        scancel([r["job_id"] for r in records if live & set(_elements(r))])
+        ids = [r["job_id"] for r in records]
+        try:
+            live = live_elements(ids)
+            scancel([r["job_id"] for r in records if live & set(_elements(r))])
+        except SubmitError as exc:
+            said = (f"{exc}; the sweep's elements still queued end as they start (sweep.json says it is over); "
+                    f"scancel {' '.join(ids)} once SLURM answers")
+            if strict:
+                raise SubmitError(said) from None
+            return self.sweep._say(said)
         released = {r["job_id"] for r in records}
         self.dir.update_meta(arrays=[{**r, "released": time.time()} if r["job_id"] in released else r
                                      for r in self.records()])
@@ -307,7 +326,9 @@ def live_elements(array_ids: list[str]) -> set[str]:
     if done.returncode and "invalid job id" in (done.stderr or "").lower():
         return set()  # every array has left the queue
     if done.returncode:
-        raise SubmitError(slurm_failure("squeue", done.stderr or done.stdout, done.returncode))
+        said = "; ".join(line.strip() for line in (done.stderr or done.stdout).splitlines() if line.strip())
+        raise SubmitError(f"squeue failed (exit {done.returncode}): {said or 'no message'}; the sweep cannot tell "
+                          "which of its array elements are queued: check that `squeue` works here")
     pairs = (line.split() for line in done.stdout.splitlines() if line.strip())
     return {p[0] for p in pairs if len(p) == 2 and p[1] in LIVE}
 
