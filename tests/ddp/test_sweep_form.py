@@ -1,13 +1,13 @@
-"""The Workbench form's sweep for real, through its warm pool: two learning rates in train.lr with
-"keep ranks warm" on run as two trials one after another in the widget's pool (2 ranks each), the
-SweepView in the app follows them to the end, and closing the pool leaves no process.  (The local
-path, clicked in JupyterLab, is tests/browser/test_browser_sweep_form.py.)"""
+"""The Workbench form's sweep for real: two learning rates in train.lr with "keep ranks warm" on run as
+two trials one after another in the widget's pool (2 ranks each), the SweepView in the app follows
+them to the end, and closing the pool leaves no process; the view's Cancel stops two running trials
+with no process left.  (The local path, clicked in JupyterLab, is tests/browser/test_browser_sweep_form.py.)"""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.support.lifecycle import assert_nothing_left, cfg
+from tests.support.lifecycle import ENDLESS, assert_nothing_left, cfg, wait_for_step, wait_until
 from workbench.ui import Workbench
 
 pytest.importorskip("optuna")
@@ -38,3 +38,27 @@ def test_the_form_sweeps_two_lrs_through_its_warm_pool_and_its_view_follows(tmp_
         app.close_pool()
     assert pool is not None
     assert_nothing_left(pool.dir.root)
+
+
+def test_the_sweep_views_cancel_in_the_app_stops_every_running_trial(tmp_path):
+    """Trials that would train for ever (ENDLESS): only the Cancel button ends them."""
+    app = Workbench(cfg(tmp_path, **ENDLESS, checkpoint_every_steps=None, dist={"procs_per_node": 1}))
+    app.form.widget_for("train.lr").value = "1e-3, 3e-3"
+    app.parallel.value = "2"
+    sweep = app.sweep()
+    assert sweep is not None, app.status.value
+    try:
+        wait_until(lambda: len(sweep.runs) == 2, 120, "both trials submitted")
+        for run in sweep.runs:
+            wait_for_step(run, 1)  # both train
+        app.sweep_view.cancel_button.click()  # the button's own handler, as a click in the notebook runs it
+        assert "cancelled: every trial's run stopped" in app.sweep_view.message.value
+        assert "cancelled" in app.sweep_view.title.value and app.sweep_view.cancel_button.disabled
+        assert sweep.cancelled and sweep.done
+        for run in sweep.runs:
+            assert run.status().state == "cancelled"
+            assert_nothing_left(run.folder)
+    finally:
+        app.sweep_view.stop()
+        if not sweep.done:
+            sweep.cancel()

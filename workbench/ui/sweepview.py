@@ -43,6 +43,8 @@ class SweepView:
         self.table.add_class("wb-sweep-table")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._refreshing = threading.Lock()
+        """One refresh at a time: the loop's, begun before a cancel, never writes over the cancel's own."""
         self.refresh()
         if start and not sweep.done:
             self._thread = threading.Thread(target=self._loop, name="workbench-sweep-view", daemon=True)
@@ -63,6 +65,10 @@ class SweepView:
 
     def refresh(self) -> None:
         """Read the sweep once and set every widget."""
+        with self._refreshing:
+            self._refresh()
+
+    def _refresh(self) -> None:
         frame = self.sweep.frame()
         done = self.sweep.count_done()
         state = "cancelled" if self.sweep.cancelled else "done" if self.sweep.done else "running"
