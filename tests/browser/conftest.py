@@ -11,6 +11,15 @@ import pytest
 from tests.support.browser_fixture import chromium, jupyter_lab  # noqa: F401 (fixtures, registered once)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _assertions_wait_for_a_busy_kernel() -> None:
+    """A web-first assertion (`expect(...)`) waits up to 30 s, not Playwright's 5: what it waits for is
+    often the kernel's answer, which takes seconds on two cores shared with another test run."""
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=30_000)
+
+
 @pytest.fixture(autouse=True)
 def _kernels_shut_down_after_each_test(request: pytest.FixtureRequest) -> Iterator[None]:
     yield

@@ -79,8 +79,11 @@ def test_quickstart_workbench_submit_shows_both_ranks_finished(chromium, jupyter
 
                 canvas = app.locator(".jupyter-matplotlib-canvas-div canvas").first  # the ipympl figure
                 expect(canvas).to_be_visible()
-                page.wait_for_function("c => c.width > 200 && c.height > 200", arg=canvas.element_handle(),
-                                       timeout=30_000)
+                # looked up at each try: a resize gives the figure a new canvas element
+                page.wait_for_function("""out => {
+                    const c = out.querySelector(".jupyter-matplotlib-canvas-div canvas");
+                    return !!c && c.width > 200 && c.height > 200;
+                }""", arg=app.element_handle(), timeout=30_000)
             except (AssertionError, PlaywrightTimeout) as exc:
                 pytest.fail(f"{exc}\n{_debug(page, jupyter_lab)}", pytrace=False)
 

@@ -17,9 +17,16 @@ from pathlib import Path
 import nbformat
 import numpy as np
 import pytest
+from playwright.sync_api import Error as PlaywrightError
+from playwright.sync_api import expect
 
 from tests.support import REPO
-from tests.support.browser_fixture import CHROMIUM_ARGS, chromium, start_jupyter_lab  # noqa: F401 (fixture)
+from tests.support.browser_fixture import (  # noqa: F401 (chromium is a fixture)
+    CHROMIUM_ARGS,
+    chromium,
+    start_jupyter_lab,
+    wait_kernel_idle,
+)
 from tests.support.runs import write_run
 from workbench.config import JobConfig
 from workbench.runfolder.layout import RunDir, write_json_atomic
@@ -91,7 +98,7 @@ def browser(chromium):  # noqa: F811
 def page(browser, tmp_path_factory):
     from playwright.sync_api import expect
 
-    from tests.support.browser_fixture import run_all_cells, wait_kernel_idle
+    from tests.support.browser_fixture import run_all_cells
 
     base = tmp_path_factory.mktemp("dark")
     root = base / "lab"
@@ -136,38 +143,72 @@ def test_zooming_the_plot_changes_the_range_it_shows(page):
     expect(view).to_have_attribute("data-zoomed", "false", timeout=60_000)
     expect(out.locator(".widget-toggle-button.mod-active")).to_have_text("dark")  # follows JupyterLab's theme
     before = view.inner_text()
-    canvas = out.locator(".jupyter-matplotlib-canvas-div")
-    # the figure gets its size and first image once the kernel has answered the canvas's first messages
-    page.wait_for_function("el => el.getBoundingClientRect().height > 300", arg=canvas.element_handle(),
-                           timeout=120_000)
-    from tests.support.browser_fixture import wait_kernel_idle
-
     wait_kernel_idle(page, 120_000)
-    canvas.scroll_into_view_if_needed()
-    canvas.hover()  # the toolbar shows while the pointer is over the figure
-    out.get_by_title(re.compile("Zoom to rectangle", re.I)).click()
-    box = canvas.bounding_box()
-    # the loss panel is the top-left one (columns of panels under the legend): drag inside it, from about a
-    # quarter of its width and height to about the middle
-    x0, y0 = box["x"] + 0.18 * box["width"], box["y"] + 0.20 * box["height"]
-    page.mouse.move(x0, y0)
-    page.mouse.down()
-    page.mouse.move(x0 + 0.12 * box["width"], y0 + 0.10 * box["height"], steps=8)
-    page.mouse.up()
-    try:
-        expect(view).to_have_attribute("data-zoomed", "true", timeout=30_000)
-    except AssertionError:
-        page.screenshot(path=str(ARTIFACTS / "zoom-failure.png"))
-        raise
+    x0, y0, _ = drag_zoom_in_loss_panel(page, out, view)
     after = view.inner_text()
     assert after != before
     low, high = (float(v.replace(",", "")) for v in re.findall(r"(-?[\d,]+) – (-?[\d,]+)", after)[0])
     assert 0 < high - low < 6000 * 0.6, after  # a part of the 6000 steps
     page.mouse.move(x0 + 40, y0 + 40)  # hover: the nearest point's rank and value
-    page.wait_for_timeout(1000)
-    hover = out.locator(".wb-hover").inner_text()
-    assert "training loss · loss at step" in hover and "median" in hover, hover  # every series at the cursor's x
+    hover = out.locator(".wb-hover")  # every series at the cursor's x (the kernel answers the move)
+    expect(hover).to_contain_text("training loss · loss at step", timeout=30_000)
+    expect(hover).to_contain_text("median")
     page.screenshot(path=str(ARTIFACTS / "dashboard-zoomed-16-ranks-dark.png"))
+
+
+def settled_box(page, locator, quiet_ms: int = 1500, timeout_s: float = 120, min_height: float = 300) -> dict:
+    """The element's box once the same element has not moved or resized for `quiet_ms`.  The figure
+    gets a new canvas when its size changes (the kernel sizes it after the browser measures the
+    output's width; on a busy machine that answer comes late), so the element itself is tagged and
+    a new one starts the wait again.  The first image gives it its height (over `min_height`)."""
+    deadline = time.monotonic() + timeout_s
+    last, since = None, time.monotonic()
+    while time.monotonic() < deadline:
+        try:
+            seen = locator.evaluate("el => el.dataset.wbSeen || (el.dataset.wbSeen = String(Math.random()))",
+                                    timeout=10_000)
+            now = (seen, locator.bounding_box(timeout=10_000))
+        except PlaywrightError:  # replaced between the two calls: look again
+            now = None
+        if now != last:
+            last, since = now, time.monotonic()
+        elif now is not None and now[1] is not None and now[1]["height"] > min_height and (
+                time.monotonic() - since) * 1000 >= quiet_ms:
+            return now[1]
+        page.wait_for_timeout(250)
+    raise AssertionError(f"the figure kept changing for {timeout_s:.0f} s: {last}")
+
+
+def drag_zoom_in_loss_panel(page, out, view, attempts: int = 3):
+    """Zoom into the loss panel with the toolbar's Zoom tool.  The press position the kernel reads
+    comes from the figure's size there, and a resize replaces the canvas (and its toolbar): a drag sent
+    before the figure settled lands elsewhere or on a canvas that is gone, and zooms nothing.  Such a
+    drag is made again on the settled figure (what a user does), at most `attempts` times."""
+    canvas = out.locator(".jupyter-matplotlib-canvas-div")
+    zoom = out.get_by_title(re.compile("Zoom to rectangle", re.I))
+    for attempt in range(1, attempts + 1):
+        try:
+            box = settled_box(page, canvas)
+            canvas.hover()  # the toolbar shows while the pointer is over the figure
+            if "mod-active" not in (zoom.get_attribute("class") or ""):
+                zoom.click()
+            expect(zoom).to_have_class(re.compile("mod-active"))
+            wait_kernel_idle(page, 120_000)  # the tool's mode has reached the kernel
+            box = settled_box(page, canvas)
+            # the loss panel is the top-left one (columns of panels under the legend): drag inside it, from
+            # about a fifth of its width and height to about a third
+            x0, y0 = box["x"] + 0.18 * box["width"], box["y"] + 0.20 * box["height"]
+            page.mouse.move(x0, y0)
+            page.mouse.down()
+            page.mouse.move(x0 + 0.12 * box["width"], y0 + 0.10 * box["height"], steps=8)
+            page.mouse.up()
+            expect(view).to_have_attribute("data-zoomed", "true")
+            return x0, y0, box
+        except (AssertionError, PlaywrightError):
+            page.screenshot(path=str(ARTIFACTS / f"zoom-failure-{attempt}.png"))
+            if attempt == attempts:
+                raise
+    raise AssertionError("unreachable")
 
 
 def test_a_double_click_on_submit_makes_one_run(page):
@@ -187,13 +228,15 @@ def test_a_double_click_on_submit_makes_one_run(page):
     canvas = out.locator(".jupyter-matplotlib-canvas-div canvas").first
     canvas.scroll_into_view_if_needed()
     # and the browser shows them: pixels of rank 0's line colour (#1f77b4) in the figure
-    page.wait_for_function("""c => {
+    page.wait_for_function("""cell => {  // the canvas looked up at each try: a resize gives the figure a new one
+        const c = cell.querySelector(".jupyter-matplotlib-canvas-div canvas");
+        if (!c || !c.width || !c.height) return false;
         const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
         let n = 0;
         for (let i = 0; i < d.length; i += 4)
             if (Math.abs(d[i] - 31) < 12 && Math.abs(d[i + 1] - 119) < 12 && Math.abs(d[i + 2] - 180) < 12) n++;
         return n > 40;
-    }""", arg=canvas.element_handle(), timeout=60_000)
+    }""", arg=out.element_handle(), timeout=60_000)
     page.screenshot(path=str(ARTIFACTS / "workbench-after-double-click-dark.png"))
 
 
@@ -362,7 +405,7 @@ class LiveWriter:
 def curves(browser, tmp_path_factory):
     from playwright.sync_api import expect
 
-    from tests.support.browser_fixture import run_all_cells, wait_kernel_idle
+    from tests.support.browser_fixture import run_all_cells
 
     root = tmp_path_factory.mktemp("curves") / "lab"
     root.mkdir()
@@ -404,7 +447,7 @@ class TestCurves:
         page = curves
         expect(page.locator(".wb-spike-facts")).to_be_visible(timeout=120_000)
         facts = _facts(page, ".wb-spike-facts")
-        assert facts["steps"] == SPIKE_STEPS and facts["smooth"] == pytest.approx(0.6)  # every step held, default smoothing
+        assert facts["steps"] == SPIKE_STEPS and facts["smooth"] == pytest.approx(0.6)  # every step, default smoothing
         assert facts["drawn_max"] == SPIKE and facts["drawn_points"] < 4 * facts["fig_width"], facts  # M4 kept it
         assert facts["title"] == "training loss · loss" and facts["yscale"] == "log", facts  # 1.26 -> 0.08: log-y
         out = cell(page, 1)
