@@ -63,8 +63,11 @@ def test_a_choice_field_switched_to_several_values_sweeps_them_and_back():
     assert form.problems == ["train.optimizer: unknown value 'rmsprop'; choose one of adamw, sgd (one of the swept "
                              "values)"]
     assert "rmsprop" in form.rows["train.optimizer"].error.value  # written under its field
+    row.values.value = "sgd"  # one value: one config
+    assert form.space == {} and form.config.train.optimizer == "sgd"
     row.several.value = False
     assert form.space == {} and form.problems == [] and row.widget.layout.display == ""
+    assert row.widget.value == "sgd" and form.config.train.optimizer == "sgd"  # the value typed stays
 
 
 def test_every_bad_value_is_one_line_under_its_field():

@@ -85,6 +85,9 @@ class FieldRow:
         on = bool(change["new"])
         if on and self.values is not None and not self.values.value.strip():
             self.values.value = str(self.widget.value)  # start from the value the dropdown shows
+        one = {str(c): c for c in self.spec.choices}.get(self.values.value.strip()) if self.values else None
+        if not on and one is not None:
+            self.widget.value = one  # the one value typed stays the field's value
         self.widget.layout.display = "none" if on else ""
         if self.values is not None:
             self.values.layout.display = "" if on else "none"
