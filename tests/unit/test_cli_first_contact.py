@@ -130,8 +130,8 @@ def test_numbers_and_tables_are_for_people():
 def test_the_next_steps_line_names_the_folder_as_this_shell_can(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     line = next_steps(tmp_path / "runs" / "quickstart-1")
-    assert line == ("[workbench] next: `workbench show runs/quickstart-1`, or in a notebook "
-                    "`workbench.Run.load('runs/quickstart-1').dashboard()`")
+    assert line == ("[workbench] next: `workbench show runs/quickstart-1`, or in a notebook "  # whole: a kernel
+                    f"`workbench.Run.load('{tmp_path.resolve()}/runs/quickstart-1').dashboard()`")  # starts elsewhere
     assert "show /" in next_steps(Path("/elsewhere/run"))
 
 

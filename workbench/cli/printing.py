@@ -8,6 +8,7 @@ import os
 import shlex
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 
@@ -165,10 +166,11 @@ def _say_end(run: Any, status: Any, notice: FailureNotice | None = None, plot: E
 
 
 def next_steps(folder: Any) -> str:
-    """Where to look next: the run folder as this shell can name it, for `workbench show` and a notebook."""
+    """Where to look next: the run folder as this shell can name it for `workbench show`, and whole for
+    a notebook (whose kernel starts in the notebook's folder, not this shell's)."""
     name = os.path.relpath(folder) if not os.path.relpath(folder).startswith("..") else str(folder)
     return (f"[workbench] next: `workbench show {shlex.quote(name)}`, or in a notebook "
-            f"`workbench.Run.load({name!r}).dashboard()`")
+            f"`workbench.Run.load({str(Path(folder).resolve())!r}).dashboard()`")
 
 
 FORMATS = {"step": "{:,.0f}", "final_loss": "{:.4g}", "step_time_s": "{:.4f}", "samples_per_s": "{:,.0f}",
