@@ -46,7 +46,7 @@ def _field_panel(ax: Any, frame: pd.DataFrame, field: str, best: str, values: An
     ax.set_xlabel(field)
     ax.set_ylabel(best)
     ax.grid(alpha=0.3)
-    if len(frame):
+    if ax.get_legend_handles_labels()[0]:  # a trial with a value drawn (none before the first one ends)
         ax.legend(fontsize="small")
 
 
@@ -67,5 +67,5 @@ def _curves_panel(ax: Any, frame: pd.DataFrame, curves: Mapping[int, list[tuple[
     every = [y for points in curves.values() for _, y in points if math.isfinite(y) and y > 0]
     if every and max(every) / min(every) > 100:
         ax.set_yscale("log")
-    if curves:
+    if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize="small", ncol=2)
