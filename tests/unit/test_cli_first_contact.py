@@ -89,9 +89,9 @@ def test_progress_lines_come_every_n_steps_with_every_rank_at_that_step(tmp_path
         printer(run, final=final)
         return [line for line in capsys.readouterr().out.splitlines() if line.startswith("  step")]
 
-    assert poll() == ["  step  5/60 | loss 0.2 (rank 0 0.2, rank 1 0.21) | lr 1.00e-03 | 26,816 samples/s | "
+    assert poll() == ["  step  5/60 | loss 0.2 (rank 0 0.2, rank 1 0.21) | lr 0.001 | 26,816 samples/s | "
                       "12.3 ms/step (50% comm) | 312 MiB",
-                      "  step 10/60 | loss 0.1 (rank 0 0.1, rank 1 0.11) | lr 1.00e-03 | 26,816 samples/s | "
+                      "  step 10/60 | loss 0.1 (rank 0 0.1, rank 1 0.11) | lr 0.001 | 26,816 samples/s | "
                       "12.3 ms/step (50% comm) | 312 MiB"]
     assert poll() == []
     _write(run_dir, 1, range(12, 27))
