@@ -186,6 +186,8 @@ def table_for_people(table: Any, index: bool = True) -> str:
         return lambda value: "" if value != value else (
             pattern.format(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else str(value))
 
+    if index and table.index.name is not None:  # the index a column like the others ('rank' on its own line)
+        table, index = table.reset_index(), False
     numeric = [c for c in table.columns if str(c) in FORMATS or table[c].dtype.kind == "f"]
     return str(table.to_string(index=index, formatters={c: shown(str(c)) for c in numeric}))
 
