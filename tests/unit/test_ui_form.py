@@ -4,6 +4,7 @@ run per click, however fast the clicks come."""
 from __future__ import annotations
 
 import html
+import threading
 
 import ipywidgets as w
 import pytest
@@ -115,6 +116,20 @@ def test_a_stale_not_submitted_clears_once_the_config_is_fixed(tmp_path):
     app.form.widget_for("train.lr").value = "0.01"
     assert "not submitted" not in app.status.value and "ready to submit" in app.status.value
     assert "the config is valid" in app.form.problems_html.value
+
+
+def test_a_click_refused_for_problems_leaves_the_next_click_free(tmp_path):
+    """The double-click window follows a click that made a run; after a refusal the user fixes the
+    field and clicks again at once, and that click is taken (here: refused again, for its own reason)."""
+    app = Workbench(JobConfig.from_dict({"launch": {"run_root": str(tmp_path)}}))
+    app.form.widget_for("train.lr").value = "abc"
+    for _ in range(2):  # no process: refused at validation, in the click's thread
+        app._on_click(app.submit_button)
+        for thread in [t for t in threading.enumerate() if t.name == "workbench-submit"]:
+            thread.join(timeout=30)
+        assert not app._submitting and "not submitted" in app.status.value
+        assert app._clicked_at < 0  # the window is not held
+        app.status.value = ""
 
 
 @pytest.mark.timeout(60)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import html
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,9 @@ if TYPE_CHECKING:
     from workbench.launch.run import Run
     from workbench.launch.sweep import Sweep
 
+DOUBLE_CLICK_S = 2.0
+"""A click this soon after the click that submitted belongs to the same double-click (a browser under
+load delivers the second click late); a deliberate second run is a click after it, or `app.submit()`."""
 SWEEP_NOTE = ("color:var(--jp-ui-font-color1,#222);border-left:3px solid #1976d2;padding:0 6px;margin:2px 0;"
               "line-height:1.4")
 
@@ -56,6 +60,7 @@ class Workbench:
         self.sweep_view: SweepView | None = None
         self.sweep_views: dict[str, SweepView] = {}
         self._submitting = False
+        self._clicked_at = -DOUBLE_CLICK_S  # when the last accepted click came
         self.executor = w.ToggleButtons(options=["local", "slurm"], description="executor",
                                         tooltip="launch.executor: where the ranks run")
         w.link((self.executor, "value"), (self.form.widget_for("launch.executor"), "value"))
@@ -136,11 +141,15 @@ class Workbench:
         return self.widget._repr_mimebundle_(**kwargs)
 
     def _on_click(self, _button: Any) -> None:
-        """A click while a submission is in flight does nothing: a double-click makes one run.  The
-        flag is set here, in the kernel's message loop, before the next click message is read."""
-        if self._submitting:
+        """A double-click makes one run: a click while a submission is in flight, or within
+        DOUBLE_CLICK_S of the click that started the last one, does nothing.  The second click of a
+        double-click can reach the kernel after a quick submission has ended (a busy browser sends it
+        late: 0.7 s was seen), so being in flight is not enough.  The flag is set here, in the kernel's
+        message loop, before the next click message is read."""
+        now = time.monotonic()
+        if self._submitting or now - self._clicked_at < DOUBLE_CLICK_S:
             return
-        self._submitting = True
+        self._submitting, self._clicked_at = True, now
         sweeping = bool(self.form.space)
         self.submit_button.disabled, self.submit_button.description = True, "Starting…" if sweeping else "Submitting…"
         action = self.sweep if sweeping else self.submit
@@ -148,9 +157,12 @@ class Workbench:
                          daemon=True).start()
 
     def _submit_in_background(self, action: Callable[[], Any]) -> None:
+        made = None
         try:
-            action()
+            made = action()
         finally:
+            if made is None:  # refused or failed: the next click is the user's retry, not a double-click
+                self._clicked_at = -DOUBLE_CLICK_S
             self._submitting = False
             self.submit_button.disabled = False
             self._sync_mode()
