@@ -17,7 +17,15 @@ import re
 import nbformat
 import pytest
 
-from tests.support.browser_fixture import ARTIFACTS, CHROMIUM_ARGS, JupyterLab, run_all_cells, wait_kernel_idle
+from tests.support.browser_fixture import (
+    ARTIFACTS,
+    CHROMIUM_ARGS,
+    JupyterLab,
+    commit_text,
+    form_field,
+    run_all_cells,
+    wait_kernel_idle,
+)
 from tests.support.runs import write_run
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
@@ -55,17 +63,8 @@ def _notebook(lab: JupyterLab) -> None:
     nbformat.write(nb, lab.root / "form.ipynb")
 
 
-def _field(app, name: str):
-    label = app.page.locator("label.widget-label", has_text=re.compile(rf"^{name}$"))  # relative: `has=` asks it
-    return app.locator(".widget-text").filter(has=label).locator("input")
 
 
-def _commit(field, text: str) -> None:
-    """Type `text` over the field's value key by key, as a person does, then leave the field (Tab)."""
-    field.click()
-    field.press("Control+a")
-    field.press_sequentially(text, delay=60)
-    field.press("Tab")
 
 
 def _column(app, index: int) -> list[str]:
@@ -97,7 +96,7 @@ def test_form_commits_whole_values_lists_every_problem_and_tables_fit(chromium, 
             assert set(_column(app, 3)) == {"32"}  # micro_batch_size, the config's
 
             app.locator(".jupyter-widget-Collapse-header", has_text=re.compile(r"^\s*train\s*$")).click()
-            mbs = _field(app, "micro_batch_size")
+            mbs = form_field(app, "micro_batch_size")
             mbs.click()
             mbs.press("Control+a")
             mbs.press_sequentially("2.5", delay=60)
@@ -109,8 +108,8 @@ def test_form_commits_whole_values_lists_every_problem_and_tables_fit(chromium, 
             expect(stale).to_contain_text("last valid config")
             assert set(_column(app, 3)) == {"32"}, _column(app, 3)  # never the "2" typed on the way
 
-            _commit(_field(app, "lr"), "abc")
-            _commit(_field(app, "grad_accum_steps"), "x")
+            commit_text(form_field(app, "lr"), "abc")
+            commit_text(form_field(app, "grad_accum_steps"), "x")
             expect(stale.locator("li")).to_have_count(3)
             expect(stale).to_contain_text("3 problem(s)")
             expect(app.locator(".wb-problems li")).to_have_count(3)
@@ -119,10 +118,10 @@ def test_form_commits_whole_values_lists_every_problem_and_tables_fit(chromium, 
             mbs.scroll_into_view_if_needed()
             page.screenshot(path=str(ARTIFACTS / "form-three-problems.png"))
 
-            _commit(mbs, "16")
-            _commit(_field(app, "lr"), "0.001")
+            commit_text(mbs, "16")
+            commit_text(form_field(app, "lr"), "0.001")
             expect(app.get_by_text("not submitted: the config has problems")).to_be_visible()  # one left
-            _commit(_field(app, "grad_accum_steps"), "2")
+            commit_text(form_field(app, "grad_accum_steps"), "2")
             expect(app.get_by_text("not submitted")).to_have_count(0)
             expect(app.get_by_text("ready to submit")).to_be_visible()
             expect(stale).to_have_count(0)

@@ -15,7 +15,15 @@ import re
 import nbformat
 import pytest
 
-from tests.support.browser_fixture import ARTIFACTS, CHROMIUM_ARGS, JupyterLab, run_all_cells, wait_kernel_idle
+from tests.support.browser_fixture import (
+    ARTIFACTS,
+    CHROMIUM_ARGS,
+    JupyterLab,
+    commit_text,
+    form_field,
+    run_all_cells,
+    wait_kernel_idle,
+)
 
 pytest.importorskip("optuna")
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(480)]
@@ -42,17 +50,8 @@ def _notebook(lab: JupyterLab) -> None:
     nbformat.write(nb, lab.root / "sweep-form.ipynb")
 
 
-def _field(app, name: str):
-    label = app.page.locator("label.widget-label", has_text=re.compile(rf"^{name}$"))
-    return app.locator(".widget-text").filter(has=label).locator("input")
 
 
-def _commit(field, text: str) -> None:
-    """Type `text` over the field's value key by key, as a person does, then leave the field (Tab)."""
-    field.click()
-    field.press("Control+a")
-    field.press_sequentially(text, delay=40)
-    field.press("Tab")
 
 
 def _debug(page, lab: JupyterLab) -> str:
@@ -87,12 +86,12 @@ def test_two_learning_rates_typed_into_the_form_sweep_two_real_trials(chromium, 
                 expect(button).to_have_text(re.compile(r"^\s*Submit\s*$"))
 
                 app.locator(".jupyter-widget-Collapse-header", has_text=re.compile(r"^\s*train\s*$")).click()
-                _commit(_field(app, "lr"), "1e-3, 3e-3")
+                commit_text(form_field(app, "lr"), "1e-3, 3e-3")
                 note = app.locator(".wb-sweep-note")
                 expect(note).to_contain_text("sweep: 2 trials (train.lr)")
                 expect(note).to_contain_text("the table shows the first point (train.lr=0.001)")
                 expect(button).to_have_text(re.compile(r"^\s*Sweep 2 trials\s*$"))
-                _commit(_field(app, "parallel"), "2")
+                commit_text(form_field(app, "parallel"), "2")
                 expect(app.locator(".wb-problems")).to_have_count(0)  # the config is valid
                 note.scroll_into_view_if_needed()
                 page.screenshot(path=str(ARTIFACTS / "sweep-form-ready.png"))
@@ -112,13 +111,13 @@ def test_two_learning_rates_typed_into_the_form_sweep_two_real_trials(chromium, 
                 # A choice field's list button: its values typed out, a 2 x 2 grid; one value each: Submit.
                 several = app.locator("button[title='sweep several values of train.optimizer']")
                 several.click()
-                _commit(_field(app, "optimizer"), "adamw, sgd")
+                commit_text(form_field(app, "optimizer"), "adamw, sgd")
                 expect(note).to_contain_text("sweep: 2 x 2 = 4 trials (train.optimizer, train.lr)")
                 expect(button).to_have_text(re.compile(r"^\s*Sweep 4 trials\s*$"))
                 several.scroll_into_view_if_needed()
                 page.screenshot(path=str(ARTIFACTS / "sweep-form-choice.png"))
                 several.click()
-                _commit(_field(app, "lr"), "0.001")
+                commit_text(form_field(app, "lr"), "0.001")
                 expect(button).to_have_text(re.compile(r"^\s*Submit\s*$"))
                 expect(note).to_be_hidden()
             except (AssertionError, PlaywrightTimeout) as exc:

@@ -239,3 +239,17 @@ def run_all_cells(page) -> None:
     except Exception:  # noqa: BLE001 - no dialog: the usual case
         return
     dialog.locator(".jp-mod-accept").click()  # "Select" the notebook's own kernel (python3)
+
+
+def form_field(app, name: str):
+    """The text input of the Workbench form's field labelled `name`, inside the output `app`."""
+    label = app.page.locator("label.widget-label", has_text=re.compile(rf"^{name}$"))  # relative: `has=` asks it
+    return app.locator(".widget-text").filter(has=label).locator("input")
+
+
+def commit_text(field, text: str, delay_ms: int = 60) -> None:
+    """Type `text` over the field's value key by key, as a person does, then leave the field (Tab)."""
+    field.click()
+    field.press("Control+a")
+    field.press_sequentially(text, delay=delay_ms)
+    field.press("Tab")
