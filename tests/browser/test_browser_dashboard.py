@@ -144,7 +144,12 @@ def test_zooming_the_plot_changes_the_range_it_shows(page):
     expect(out.locator(".widget-toggle-button.mod-active")).to_have_text("dark")  # follows JupyterLab's theme
     before = view.inner_text()
     wait_kernel_idle(page, 120_000)
-    x0, y0, _ = drag_zoom_in_loss_panel(page, out, view)
+    x0, y0, shown = drag_zoom_in_loss_panel(page, out, view)
+    wait_kernel_idle(page, 120_000)
+    # the figure the user sees is redrawn zoomed: its pixels change after the kernel took the zoom (the
+    # range line above says so at once; the new image follows it, seconds later on a busy machine)
+    page.wait_for_function(f"([cell, shown]) => ({IMAGE})(cell) !== shown", arg=[out.element_handle(), shown],
+                           polling=500, timeout=60_000)
     after = view.inner_text()
     assert after != before
     low, high = (float(v.replace(",", "")) for v in re.findall(r"(-?[\d,]+) – (-?[\d,]+)", after)[0])
@@ -154,6 +159,11 @@ def test_zooming_the_plot_changes_the_range_it_shows(page):
     expect(hover).to_contain_text("training loss · loss at step", timeout=30_000)
     expect(hover).to_contain_text("median")
     page.screenshot(path=str(ARTIFACTS / "dashboard-zoomed-16-ranks-dark.png"))
+
+
+IMAGE = "cell => { const c = cell.querySelector('.jupyter-matplotlib-canvas-div canvas'); " \
+        "return c ? c.toDataURL() : ''; }"
+"""The figure's image as the browser shows it (ipympl's first canvas), looked up at each call."""
 
 
 def settled_box(page, locator, quiet_ms: int = 1500, timeout_s: float = 120, min_height: float = 300) -> dict:
@@ -198,12 +208,13 @@ def drag_zoom_in_loss_panel(page, out, view, attempts: int = 3):
             # the loss panel is the top-left one (columns of panels under the legend): drag inside it, from
             # about a fifth of its width and height to about a third
             x0, y0 = box["x"] + 0.18 * box["width"], box["y"] + 0.20 * box["height"]
+            shown = out.evaluate(IMAGE)  # what the user sees before the zoom
             page.mouse.move(x0, y0)
             page.mouse.down()
             page.mouse.move(x0 + 0.12 * box["width"], y0 + 0.10 * box["height"], steps=8)
             page.mouse.up()
             expect(view).to_have_attribute("data-zoomed", "true")
-            return x0, y0, box
+            return x0, y0, shown
         except (AssertionError, PlaywrightError):
             page.screenshot(path=str(ARTIFACTS / f"zoom-failure-{attempt}.png"))
             if attempt == attempts:
