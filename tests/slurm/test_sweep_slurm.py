@@ -66,11 +66,9 @@ def _nothing_left(sweep_folder: Path, array_id: str) -> None:
 
 
 def _most_at_once(runs: list[Run]) -> int:
-    """The most trials whose runs were going at one time, from each run folder's first and last event."""
-    spans = []
-    for run in runs:
-        times = run.events()["time"]
-        spans.append((float(times.min()), float(times.max())))
+    """The most trials whose runs were going at one time, each from its run folder's making (when
+    the driver bound it to its element, which had started) to its last event."""
+    spans = [(float(run.meta["created"]), float(run.events()["time"].max())) for run in runs]
     edges = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans], key=lambda e: (e[0], e[1]))
     most = going = 0
     for _, step in edges:
@@ -102,7 +100,7 @@ def test_a_grid_on_slurm_is_one_job_array_two_at_a_time(slurm_cluster, tmp_path)
         meta = run.meta
         assert meta["executor"] == "slurm" and str(meta["job_id"]).startswith(f"{array_id}_")
         assert {r.host for r in run.status().ranks} == {"n1", "n2"}
-        assert run.logs(0)  # the rank's own log in its run folder
+        assert f"job_id={meta['job_id']}," in run.logs(0, "out")  # submitit's log of the element, from the run
         job_ids.add(str(meta["job_id"]))
     assert job_ids == {f"{array_id}_{i}" for i in range(4)}
     wait_until(lambda: _sacct(array_id) == {job: "COMPLETED" for job in job_ids}, 60, "every element COMPLETED")
