@@ -42,3 +42,23 @@ def test_a_pruned_trials_run_is_listed_as_pruned_not_cancelled(tmp_path):
     other.mark_cancelled("Run.cancel()")
     listed = workbench.runs(tmp_path).set_index("name")["status"]
     assert listed.to_dict() == {"trial-0": "pruned", "other": "cancelled"}
+
+
+def test_a_trial_being_started_is_listed_once_its_run_json_is_written(tmp_path):
+    """The driver makes a trial's run folder before it writes run.json (on SLURM, when an element
+    is bound); sweep.runs read in between lists the trials that started, never raises."""
+    optuna = pytest.importorskip("optuna")
+    from workbench.config.sections import JobConfig
+    from workbench.launch.sweep import Sweep
+    from workbench.runfolder.layout import SweepDir
+
+    study = optuna.create_study()
+    study.ask().set_user_attr("run_dir", str(write_run(tmp_path, "trial-0", world=1, rule="linear", steps=3)))
+    being_started = tmp_path / "trial-1"
+    being_started.mkdir()
+    study.ask().set_user_attr("run_dir", str(being_started))
+    sweep = Sweep(SweepDir(tmp_path), study, {"train.lr": [1e-3, 2e-3]}, JobConfig(), trials=2, parallel=1,
+                  metric="loss")
+    assert [r.folder.name for r in sweep.runs] == ["trial-0"]
+    write_run(tmp_path, "trial-1", world=1, rule="linear", steps=3)
+    assert [r.folder.name for r in sweep.runs] == ["trial-0", "trial-1"]

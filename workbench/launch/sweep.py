@@ -34,7 +34,7 @@ from workbench.launch.sweepscript import SweptScript
 from workbench.launch.sweepstudy import label, make_pruner, make_sampler, optuna_module, storage, write_work
 from workbench.launch.sweepviews import Active, counted, metric_values, missing_metric, state_named
 from workbench.proctree import Proc
-from workbench.runfolder.layout import SweepDir, safe_name
+from workbench.runfolder.layout import RunDir, SweepDir, safe_name
 
 if TYPE_CHECKING:
     import optuna
@@ -275,7 +275,7 @@ class Sweep:
             self._thread.join()
         if self.readonly:
             for t in self._trials():
-                if t.state.name == "RUNNING" and t.user_attrs.get("run_dir"):
+                if t.state.name == "RUNNING" and _started(Path(t.user_attrs.get("run_dir") or "")):
                     Run.load(t.user_attrs["run_dir"]).cancel(by=f"sweep {self.name} cancelled")
         self._cancel_active()
         self._say(f"sweep {self.name} cancelled: every trial's run stopped")
@@ -423,9 +423,10 @@ class Sweep:
 
     @property
     def runs(self) -> list[Run]:
-        """Every trial's run, in trial order."""
+        """Every trial's run, in trial order: those whose run has started (a trial being started,
+        its run folder made but its run.json not yet written, is not listed until it is)."""
         found = [Path(t.user_attrs["run_dir"]) for t in self._trials() if t.user_attrs.get("run_dir")]
-        return [Run.load(p) for p in found if p.is_dir()]
+        return [Run.load(p) for p in found if _started(p)]
 
     @property
     def best(self) -> Best | None:
@@ -471,6 +472,11 @@ class Sweep:
             return sweep
         reattach(sweep)
         return sweep.start(background)
+
+
+def _started(run_dir: Path) -> bool:
+    """The trial's run folder holds a run: its run.json is written (atomically) once it started."""
+    return str(run_dir) not in ("", ".") and RunDir(run_dir).meta.is_file()
 
 
 def _cores() -> int:
