@@ -5,6 +5,7 @@ process), `tests/process` (real processes, no DDP run), `tests/ddp` (real multi-
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,6 +21,38 @@ GROUPS = {"slurm": "machine", "notebooks": "machine", "browser": "browser"}
 in one worker, beside the rest: the browser tests share one JupyterLab; group "machine" holds what the
 machine and the checkout have once: the SLURM test cluster (it owns /etc/slurm; only tests/slurm and
 notebook 03 use it), and the README and notebooks run in place (they share the checkout's runs/ folders)."""
+
+
+RUNS_PROCESSES = {"process", "ddp", "slurm", "notebooks"}
+"""Layers whose tests start runs: after one fails, what it left running is stopped (tests/support/leftovers)."""
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call":
+        item.stash[CALL_FAILED] = report.failed
+
+
+CALL_FAILED = pytest.StashKey[bool]()
+
+
+@pytest.fixture(autouse=True)
+def _stop_what_a_failed_test_left(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:
+    folder = Path(str(request.node.fspath)).relative_to(Path(__file__).parent).parts[0]
+    if folder not in RUNS_PROCESSES:
+        yield
+        return
+    from tests.support.leftovers import stop_what_is_left, sweeps_started
+
+    sweeps = sweeps_started(monkeypatch)
+    yield
+    if request.node.stash.get(CALL_FAILED, False):
+        tmp = request.node.funcargs.get("tmp_path")
+        stopped = stop_what_is_left(Path(tmp) if tmp else None, sweeps)
+        if stopped:
+            print(f"\n[leftovers] the failed test left these running, now stopped: {stopped}", flush=True)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
