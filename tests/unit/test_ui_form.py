@@ -132,6 +132,24 @@ def test_a_click_refused_for_problems_leaves_the_next_click_free(tmp_path):
         app.status.value = ""
 
 
+def test_a_submit_or_sweep_that_fails_says_so_in_one_line_and_adds_nothing(tmp_path, monkeypatch):
+    """An error that is not the config's (the disk, the scheduler) is one status line under the
+    button, never a traceback in a log the user does not see; no run or sweep is added."""
+    import workbench
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(workbench, "submit", disk_full)
+    monkeypatch.setattr(workbench, "sweep", disk_full)
+    app = Workbench(JobConfig.from_dict({"launch": {"run_root": str(tmp_path)}}))
+    assert app.submit() is None and app.runs == []
+    assert "submit failed: OSError: [Errno 28] No space left on device" in app.status.value
+    app.form.widget_for("train.lr").value = "1e-3, 3e-3"
+    assert app.sweep() is None and app.sweeps == []
+    assert "sweep failed: OSError: [Errno 28] No space left on device" in app.status.value
+
+
 @pytest.mark.timeout(60)
 def test_the_scaling_table_scrolls_inside_its_widget_and_its_headers_wrap_at_underscores():
     view = ScalingView(ConfigForm())

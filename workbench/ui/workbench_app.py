@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import ipywidgets as w
 
@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from workbench.launch.pool import Pool
     from workbench.launch.run import Run
     from workbench.launch.sweep import Sweep
+
+T = TypeVar("T")
 
 DOUBLE_CLICK_S = 2.0
 """A click this soon after the click that submitted belongs to the same double-click (a browser under
@@ -171,25 +173,19 @@ class Workbench:
         """Submit the form's config; problems are shown in the form (never raised).  Returns the Run."""
         import workbench
 
-        try:
+        def start() -> Run:
             cfg = self.form.config
             if self.form.space:
                 raise ConfigError([f"{', '.join(self.form.space)}: several values make a sweep; click "
                                    "Sweep (Workbench.sweep()), or give one value to submit one run"])
             target: Any = self._warm_pool(cfg) if self.keep_warm.value else workbench
             if self.fn is not None:
-                run = target.submit_fn(self.fn, *self.fn_args, cfg=cfg, **self.fn_kwargs)
-            else:
-                run = target.submit(cfg, task=self.task)
-        except ConfigError as exc:
-            self.form.show_problems(exc.problems, "not submitted - fix these first:")
-            self.status.value = _message("not submitted: the config has problems (listed in the form)", ok=False)
-            self._refused = True
-            return None
-        except Exception as exc:  # noqa: BLE001 - a button callback: show it, don't lose it in a log
-            self.status.value = _message(f"submit failed: {type(exc).__name__}: {exc}", ok=False)
-            return None
-        self._add_run(run)
+                return target.submit_fn(self.fn, *self.fn_args, cfg=cfg, **self.fn_kwargs)
+            return target.submit(cfg, task=self.task)
+
+        run = self._shown_in_form(start, "not submitted", "the config has problems", "submit failed")
+        if run is not None:
+            self._add_run(run)
         return run
 
     def sweep(self) -> Sweep | None:
@@ -197,26 +193,34 @@ class Workbench:
         and metric controls); problems are shown in the form (never raised).  Returns the Sweep."""
         import workbench
 
-        try:
+        def start() -> Sweep:
             cfg, space = self.form.config, self.form.space
             options, problems = self._sweep_options()
             if not space:
                 raise ConfigError(["sweep: no field holds several values; write e.g. 1e-3, 3e-3 in train.lr"])
             if options is None:
                 raise ConfigError(problems)
-            sweep = workbench.sweep(cfg, space, trials=options.trials, parallel=options.parallel,
-                                    metric=options.metric, pool=self._warm_pool(cfg) if self.keep_warm.value else None,
-                                    task=self.task, fn=self._swept_fn, fn_args=self.fn_args)
-        except ConfigError as exc:
-            self.form.show_problems(exc.problems, "sweep not started - fix these first:")
-            self.status.value = _message("sweep not started: the form has problems (listed in the form)", ok=False)
-            self._refused = True
-            return None
-        except Exception as exc:  # noqa: BLE001 - a button callback: show it, don't lose it in a log
-            self.status.value = _message(f"sweep failed: {type(exc).__name__}: {exc}", ok=False)
-            return None
-        self._add_sweep(sweep)
+            return workbench.sweep(cfg, space, trials=options.trials, parallel=options.parallel,
+                                   metric=options.metric, pool=self._warm_pool(cfg) if self.keep_warm.value else None,
+                                   task=self.task, fn=self._swept_fn, fn_args=self.fn_args)
+
+        sweep = self._shown_in_form(start, "sweep not started", "the form has problems", "sweep failed")
+        if sweep is not None:
+            self._add_sweep(sweep)
         return sweep
+
+    def _shown_in_form(self, start: Callable[[], T], refused: str, why: str, failed: str) -> T | None:
+        """Run a button's action: a ConfigError's problems listed in the form under `refused`, any
+        other error one status line (a button callback: shown, never lost in a log)."""
+        try:
+            return start()
+        except ConfigError as exc:
+            self.form.show_problems(exc.problems, f"{refused} - fix these first:")
+            self.status.value = _message(f"{refused}: {why} (listed in the form)", ok=False)
+            self._refused = True
+        except Exception as exc:  # noqa: BLE001 - a button callback: show it, don't lose it in a log
+            self.status.value = _message(f"{failed}: {type(exc).__name__}: {exc}", ok=False)
+        return None
 
     def _add_sweep(self, sweep: Sweep) -> None:
         self.sweeps.append(sweep)
