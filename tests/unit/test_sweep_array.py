@@ -133,3 +133,47 @@ def test_an_element_without_an_answer_ends_when_the_sweep_is_cancelled(tmp_path)
     say_waiting(sweep.dir, "77_0")
     sweep.dir.update_meta(cancelled=1.0)
     assert wait_bound(sweep.dir, "77_0") == {"run_dir": None, "why": "the sweep cancelled"}
+
+
+def _resumed_sweep(tmp_path: Path, executor: str, prepare) -> tuple[object, object, RunDir]:
+    """A sweep whose old driver was killed while trial 0 was RUNNING, its run folder left as
+    `prepare` leaves it; reattached as Sweep.load does (no process: the trial's status is not asked)."""
+    from workbench.launch.sweep import Sweep
+    from workbench.launch.sweepviews import reattach
+
+    folder = SweepDir(tmp_path / "sweep")
+    folder.root.mkdir()
+    study = optuna.create_study()
+    trial = study.ask({"train.lr": optuna.distributions.CategoricalDistribution([1e-3, 2e-3])})
+    run = RunDir(folder.trial(0)).prepare(_cfg(tmp_path, executor), executor)
+    prepare(folder, run)
+    trial.set_user_attr("run_dir", str(run.root))
+    sweep = Sweep(folder, study, {"train.lr": [1e-3, 2e-3]}, _cfg(tmp_path, executor), trials=2, parallel=1,
+                  metric="loss")
+    reattach(sweep)
+    return sweep, study, run
+
+
+def test_a_trial_whose_driver_died_before_its_run_got_a_job_is_queued_again(tmp_path):
+    """Killed between run.json and the job: no rank will ever run that folder.  The trial runs again
+    with the same values; the folder says why it never ran."""
+    sweep, study, run = _resumed_sweep(tmp_path, "local", lambda folder, run: None)
+    old, again = study.get_trials(deepcopy=False)
+    assert old.state.name == "FAIL" and old.user_attrs["outcome"] == "requeued" and again.state.name == "WAITING"
+    assert again.system_attrs["fixed_params"] == dict(old.params) and not sweep.active
+    assert "driver stopped while starting" in run.read_meta()["cancelled_by"]
+    assert any("trial 0 queued again: its run never started" in line for line in sweep.events)
+
+
+def test_a_slurm_trial_prepared_for_an_element_never_answered_is_handed_to_it_on_resume(tmp_path):
+    """Killed between the run folder naming its element (JOB_I) and the answer: the element still
+    waits; the new driver answers it with that run instead of binding it to another trial."""
+    def prepared_for_element(folder: SweepDir, run: RunDir) -> None:
+        say_waiting(folder, "77_1")
+        run.record_job("77_1", sweep_array="77")
+
+    sweep, study, run = _resumed_sweep(tmp_path, "slurm", prepared_for_element)
+    bound = wait_bound(SweepDir(tmp_path / "sweep"), "77_1")  # answered: returns at once
+    assert bound["run_dir"] == str(run.root) and bound["trial"] == 0
+    assert list(sweep.active) == [0] and [t.state.name for t in study.get_trials()] == ["RUNNING"]
+    assert any("trial 0 followed again (handed to its element)" in line for line in sweep.events)

@@ -236,6 +236,15 @@ class SlurmArrays:
                 return self._waiting_of(key)
         return None
 
+    def hand_over_again(self, run: RunDir, trial: int) -> bool:
+        """Sweep.load: a trial's run prepared for element JOB_I (its job id recorded) that the old
+        driver stopped before answering, the element still waiting, is answered now (True)."""
+        job_id = str((run.read_meta() or {}).get("job_id") or "")
+        if not job_id or self.dir.element(job_id, "bound").exists() or not self.dir.element(job_id, "waiting").exists():
+            return False
+        self.answer(job_id, run, trial=trial)
+        return True
+
     def answer(self, job_id: str, run: RunDir | None, why: str = "", trial: int | None = None) -> None:
         self.dir.elements.mkdir(mode=0o700, exist_ok=True)
         write_json_atomic(self.dir.element(job_id, "bound"), {"run_dir": str(run.root) if run else None, "why": why,

@@ -127,7 +127,14 @@ def reattach(sweep: Sweep) -> None:
         trial = optuna.trial.Trial(sweep.study, t._trial_id)
         run_dir = t.user_attrs.get("run_dir")
         run = _loaded(run_dir)
-        state = run.status().state if run is not None else "never started"
+        if run is not None and not run.meta.get("job_id"):  # the old driver stopped while starting it
+            run.dir.mark_cancelled(f"sweep {sweep.name}: its driver stopped while starting this trial's run; "
+                                   "the trial was queued again")
+            run = None
+        if run is not None and sweep.arrays is not None and sweep.arrays.hand_over_again(run.dir, t.number):
+            state = "handed to its element"  # prepared, its element still waiting for the answer
+        else:
+            state = run.status().state if run is not None else "never started"
         if run is not None and state not in ("failed", "cancelled"):
             last = max(t.intermediate_values, default=-1)
             sweep.active[t.number] = Active(trial, run, float(t.user_attrs.get("submitted") or time.time()),
