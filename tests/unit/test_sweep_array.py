@@ -157,7 +157,11 @@ def _resumed_sweep(tmp_path: Path, executor: str, prepare) -> tuple[object, obje
 def test_a_trial_whose_driver_died_before_its_run_got_a_job_is_queued_again(tmp_path):
     """Killed between run.json and the job: no rank will ever run that folder.  The trial runs again
     with the same values; the folder says why it never ran."""
-    sweep, study, run = _resumed_sweep(tmp_path, "local", lambda folder, run: None)
+    def killed_while_writing(folder: SweepDir, run: RunDir) -> None:  # and while it held the journal's lock
+        Path(f"{folder.journal}.lock").symlink_to(folder.journal)
+
+    sweep, study, run = _resumed_sweep(tmp_path, "local", killed_while_writing)
+    assert not Path(f"{sweep.dir.journal}.lock").is_symlink()  # the dead driver's lock is not waited for
     old, again = study.get_trials(deepcopy=False)
     assert old.state.name == "FAIL" and old.user_attrs["outcome"] == "requeued" and again.state.name == "WAITING"
     assert again.system_attrs["fixed_params"] == dict(old.params) and not sweep.active

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workbench.config.sections import JobConfig
@@ -116,6 +117,9 @@ def reattach(sweep: Sweep) -> None:
     if driving(meta):
         raise SubmitError(f"sweep {sweep.folder} is driven by pid {meta['driver']['pid']}, still running; follow it "
                           "with Sweep.load(folder, resume=False), or cancel it there")
+    stale = Path(f"{sweep.dir.journal}.lock")  # Optuna's journal lock, held by the driver alone
+    if stale.is_symlink():  # the old driver died holding it: Optuna would wait 30 s, then break it
+        stale.unlink(missing_ok=True)
     again = [t for t in sweep.study.get_trials(deepcopy=False) if t.user_attrs.get("outcome") == "cancelled"
              and t.number not in (meta.get("requeued") or [])]
     for t in again:  # cancelled with the sweep (Ctrl-C, sweep.cancel()): their values run again
