@@ -94,14 +94,18 @@ def _fit(rank: int, shape: str) -> dict:
 
 
 
+def _fit_each(rank: int, shapes: tuple[str, ...]) -> dict[str, dict]:
+    """Every shape trained in turn by the same two ranks (one process group, fresh models)."""
+    return {shape: _fit(rank, shape) for shape in shapes}
+
+
 @pytest.mark.ddp
 def test_own_loss_and_dict_batches_train_exactly_like_a_loss_fn():
-    reference = run_ranks(_fit, shape="loss_fn")
+    out = run_ranks(_fit_each, shapes=("loss_fn", "own_loss", "dict_batch"))
     for shape in ("own_loss", "dict_batch"):
-        out = run_ranks(_fit, shape=shape)
         for rank in (0, 1):
-            assert out[rank]["steps"] == 6
-            torch.testing.assert_close(out[rank]["params"], reference[rank]["params"])
-            assert out[rank]["eval"] == pytest.approx(reference[rank]["eval"]), shape
-        assert set(out[0]["eval"]) == {"val_loss", "val_accuracy"}
-
+            reference = out[rank]["loss_fn"]
+            assert out[rank][shape]["steps"] == 6
+            torch.testing.assert_close(out[rank][shape]["params"], reference["params"])
+            assert out[rank][shape]["eval"] == pytest.approx(reference["eval"]), shape
+        assert set(out[0][shape]["eval"]) == {"val_loss", "val_accuracy"}
