@@ -77,8 +77,13 @@ def _params_after_one_step(rank: int, micro: int, accum: int) -> torch.Tensor:
     return torch.cat([p.detach().flatten() for p in trainer.model.parameters()])
 
 
+def _accumulated_and_single(rank: int) -> dict[str, torch.Tensor]:
+    """One step of 4 x 8 accumulated and one of 32, by the same two ranks (one process group)."""
+    return {"accumulated": _params_after_one_step(rank, micro=8, accum=4),
+            "single": _params_after_one_step(rank, micro=32, accum=1)}
+
+
 def test_accumulated_micro_steps_match_one_larger_batch():
-    accumulated = run_ranks(_params_after_one_step, micro=8, accum=4)
-    single = run_ranks(_params_after_one_step, micro=32, accum=1)
-    torch.testing.assert_close(accumulated[0], single[0], rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(accumulated[1], accumulated[0])
+    out = run_ranks(_accumulated_and_single)
+    torch.testing.assert_close(out[0]["accumulated"], out[0]["single"], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(out[1]["accumulated"], out[0]["accumulated"])

@@ -1,7 +1,7 @@
 """Sweeps, for real: a grid of 2-rank and 1-rank runs two at a time, a diverging trial pruned (its
 run cancelled, its processes gone), a sweep whose driver is killed resumed by Sweep.load without
-repeating a finished trial, a sweep through a warm pool, `workbench sweep` from a terminal (to the
-end, and Ctrl-C cancelling every trial), and what else is swept: a script's options (args.*, from
+repeating a finished trial, a sweep through a warm pool, `workbench sweep` from a terminal (Ctrl-C
+cancelling every trial, --resume finishing the grid), and what else is swept: a script's options (args.*, from
 Python and from the terminal, resumed), a function's arguments (fn.*) and a task factory's options."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 import workbench
 from tests.support import REPO, SCRIPTS
-from tests.support.lifecycle import CLI, ENDLESS, assert_nothing_left, cfg, wait_until
+from tests.support.lifecycle import CLI, ENDLESS, assert_nothing_left, cfg, gated_cfg, wait_until
 from workbench.launch.run import Run
 from workbench.runfolder.layout import RunDir, SweepDir
 
@@ -141,27 +141,17 @@ def test_a_sweep_through_a_warm_pool_runs_each_trial_in_its_ranks_a_scripts_too(
     assert_nothing_left(pool.dir.root)
 
 
-def test_workbench_sweep_runs_a_grid_from_the_terminal(tmp_path):
+def test_workbench_sweep_from_a_terminal_ctrl_c_cancels_every_trial_and_resume_finishes_the_grid(tmp_path):
+    """`workbench sweep CONFIG --grid ... --parallel 2`: both trials held at their gate, Ctrl-C
+    cancels every trial (exit 130, no process left); `--resume` runs both points again to the end,
+    one line per trial event and the best trial last."""
     config = tmp_path / "base.yaml"
-    _cfg(tmp_path).to_yaml(config)
-    done = subprocess.run([*CLI, "sweep", str(config), "--grid", "train.lr=1e-3,1e-2", "--metric", "loss",
-                           "--prune", "none", "--name", "cli"], cwd=REPO, capture_output=True, text=True,
-                          timeout=240)
-    assert done.returncode == 0, done.stdout + done.stderr
-    lines = done.stdout.splitlines()
-    assert sum("started" in line for line in lines) == 2 and sum(" finished: loss" in line for line in lines) == 2
-    assert "[sweep] best: trial" in lines[-1]
-    (folder,) = (tmp_path / "runs").glob("sweep-cli-*")
-    for trial in (0, 1):
-        assert_nothing_left(SweepDir(folder).trial(trial))
-
-
-def test_ctrl_c_on_workbench_sweep_cancels_every_trial(tmp_path):
-    config = tmp_path / "base.yaml"
-    _cfg(tmp_path, **ENDLESS).to_yaml(config)
+    base, gate = gated_cfg(tmp_path, at_step=2, max_steps=6, eval_every_steps=3, checkpoint_every_steps=None,
+                           dist={"procs_per_node": 1})
+    base.to_yaml(config)
     command = subprocess.Popen([*CLI, "sweep", str(config), "--grid", "train.lr=1e-3,1e-2", "--parallel", "2",
-                                "--prune", "none", "--name", "ctrlc"], cwd=REPO, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+                                "--metric", "loss", "--prune", "none", "--name", "cli"], cwd=REPO,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         folder = SweepDir(Path(command.stdout.readline().split("folder: ", 1)[1].strip()))
 
@@ -181,10 +171,21 @@ def test_ctrl_c_on_workbench_sweep_cancels_every_trial(tmp_path):
         run = Run.load(folder.trial(n))
         assert run.status().state == "cancelled"
         assert_nothing_left(run.folder)
-    meta = json.loads((folder.root / "sweep.json").read_text())
-    assert meta["cancelled"]
+    assert json.loads((folder.root / "sweep.json").read_text())["cancelled"]
     seen = workbench.sweeps.Sweep.load(folder.root, resume=False)  # read only: drives nothing
     assert set(seen.frame()["state"]) == {"cancelled"} and seen.count_done() == 0 and seen.done
+
+    gate.touch()
+    done = subprocess.run([*CLI, "sweep", "--resume", str(folder.root)], cwd=REPO, capture_output=True,
+                          text=True, timeout=240)  # where the task's module imports from
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert sum("queued again" in line for line in lines) == 2, lines
+    assert sum(" finished: loss" in line for line in lines) == 2 and "[sweep] best: trial" in lines[-1], lines
+    frame = workbench.sweeps.Sweep.load(folder.root, resume=False).frame()
+    assert sorted(frame[frame["state"] == "finished"]["train.lr"]) == [1e-3, 1e-2], frame
+    for run_dir in frame["run"]:
+        assert_nothing_left(Path(run_dir))
 
 
 def test_a_script_sweep_runs_each_trial_with_its_own_option(tmp_path):
