@@ -16,7 +16,7 @@ from workbench.engine.monitor import RankMonitor
 from workbench.engine.trainer import Trainer
 from workbench.runfolder.layout import RunDir
 
-pytestmark = [pytest.mark.ddp, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.ddp, pytest.mark.timeout(180), pytest.mark.xdist_group("ddp_engine")]  # one pair of ranks for all
 
 
 def _trainer(cfg: JobConfig, run_dir: str, **task_options) -> Trainer:
@@ -41,8 +41,19 @@ def _shard_indices(rank: int) -> dict:
     return seen
 
 
-def test_shards_are_disjoint_cover_the_dataset_and_reshuffle():
-    seen = run_ranks(_shard_indices)
+def _all_checks(rank: int) -> dict:
+    """Every check of this file, by the same two ranks (one process group; each builds its own
+    trainer): what each test reads from."""
+    return {"shards": _shard_indices(rank), "grads": _grads_after_step(rank), "one_step": _accumulated_and_single(rank)}
+
+
+@pytest.fixture(scope="module")
+def ranks() -> list[dict]:
+    return run_ranks(_all_checks)
+
+
+def test_shards_are_disjoint_cover_the_dataset_and_reshuffle(ranks):
+    seen = [r["shards"] for r in ranks]
     for epoch in (0, 1):
         a, b = set(seen[0][epoch]), set(seen[1][epoch])
         assert not a & b
@@ -62,8 +73,8 @@ def _grads_after_step(rank: int) -> dict:
     return {"grads": gathered, "loss": trainer.monitor.metrics.path.read_text()}
 
 
-def test_gradients_are_identical_on_every_rank_after_a_step():
-    out = run_ranks(_grads_after_step)
+def test_gradients_are_identical_on_every_rank_after_a_step(ranks):
+    out = [r["grads"] for r in ranks]
     grads = out[0]["grads"]
     assert grads[0].abs().sum() > 0
     assert torch.equal(grads[0], grads[1])
@@ -83,7 +94,7 @@ def _accumulated_and_single(rank: int) -> dict[str, torch.Tensor]:
             "single": _params_after_one_step(rank, micro=32, accum=1)}
 
 
-def test_accumulated_micro_steps_match_one_larger_batch():
-    out = run_ranks(_accumulated_and_single)
+def test_accumulated_micro_steps_match_one_larger_batch(ranks):
+    out = [r["one_step"] for r in ranks]
     torch.testing.assert_close(out[0]["accumulated"], out[0]["single"], rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(out[1]["accumulated"], out[0]["accumulated"])
