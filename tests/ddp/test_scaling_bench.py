@@ -17,7 +17,7 @@ from workbench.errors import ConfigError
 from workbench.launch.scaling_bench import COLUMNS, bench_config, benchmark_scaling
 from workbench.results.plots import plot_scaling
 
-pytestmark = [pytest.mark.ddp, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.ddp, pytest.mark.timeout(300), pytest.mark.xdist_group("scaling_bench")]  # one bench fixture
 
 
 def _cfg(root: Path) -> JobConfig:

@@ -82,12 +82,16 @@ def wait_for_step(run: Any, step: int, timeout: float = 120) -> int:
 
 
 def wait_until(check: Any, timeout: float, what: str) -> float:
-    """Poll `check()` until true; returns the seconds it took."""
-    started = time.monotonic()
+    """Poll `check()` until true; returns the seconds it took.  The poll starts at 0.05 s and
+    backs off to 0.25 s: a check may load a run or scan /proc (a Run.load and status every 0.05 s
+    is 12% of a core), and the suite is CPU-bound on two cores, so a long wait must not steal
+    from the test beside it."""
+    started, pause = time.monotonic(), 0.05
     while time.monotonic() - started < timeout:
         if check():
             return time.monotonic() - started
-        time.sleep(0.05)
+        time.sleep(pause)
+        pause = min(pause * 1.5, 0.25)
     raise AssertionError(f"not within {timeout} s: {what}")
 
 
