@@ -88,7 +88,7 @@ DRIVER = """
 import sys, workbench
 from workbench.config import JobConfig
 cfg = JobConfig.from_yaml(sys.argv[1])
-sweep = workbench.sweep(cfg, {"train.lr": [1e-3, 2e-3, 3e-3]}, pruner="none", name="killed", background=False)
+sweep = workbench.sweep(cfg, {"train.lr": [1e-3, 2e-3]}, pruner="none", name="killed", background=False)
 print(sweep.folder, flush=True)
 sweep.wait()
 """
@@ -112,8 +112,8 @@ def test_a_sweep_whose_driver_was_killed_goes_on_with_sweep_load_without_repeati
     sweep = workbench.sweeps.Sweep.load(folder.root).wait(timeout=240)
     frame = sweep.frame()
     done = frame[frame["state"] == "finished"]
-    assert sorted(done["train.lr"]) == [1e-3, 2e-3, 3e-3], frame  # every point once, trial 0 not again
-    assert len(frame) == 3 or set(frame["state"]) <= {"finished", "requeued"}, frame
+    assert sorted(done["train.lr"]) == [1e-3, 2e-3], frame  # every point once, trial 0 not again
+    assert len(frame) == 2 or set(frame["state"]) <= {"finished", "requeued"}, frame
     assert first.dir.summary.stat().st_mtime_ns == first_summary
     assert any("followed again" in line or "queued again" in line for line in sweep.events)
     _nothing_left(sweep)
