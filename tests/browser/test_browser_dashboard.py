@@ -236,8 +236,7 @@ def test_a_double_click_on_submit_makes_one_run(page):
     expect(submit).to_be_enabled()
     # the dashboard's plot got the run's steps (its view line names their range, not the empty 0 - 1)
     expect(out.locator(".wb-view").last).to_contain_text(re.compile(r"step \d+ – [2-9]"), timeout=60_000)
-    canvas = out.locator(".jupyter-matplotlib-canvas-div canvas").first
-    canvas.scroll_into_view_if_needed()
+    out.locator(".wb-plot").first.scroll_into_view_if_needed()  # its box: ipympl replaces the canvas on a resize
     # and the browser shows them: pixels of rank 0's line colour (#1f77b4) in the figure
     page.wait_for_function("""cell => {  // the canvas looked up at each try: a resize gives the figure a new one
         const c = cell.querySelector(".jupyter-matplotlib-canvas-div canvas");
@@ -462,8 +461,7 @@ class TestCurves:
         assert facts["drawn_max"] == SPIKE and facts["drawn_points"] < 4 * facts["fig_width"], facts  # M4 kept it
         assert facts["title"] == "training loss · loss" and facts["yscale"] == "log", facts  # 1.26 -> 0.08: log-y
         out = cell(page, 1)
-        canvas = out.locator(".jupyter-matplotlib-canvas-div canvas").first
-        canvas.scroll_into_view_if_needed()
+        out.locator(".wb-plot").first.scroll_into_view_if_needed()  # its box: ipympl replaces the canvas on a resize
         # the browser's own pixels: rank 1's orange at the spike's top (faint: the raw series), not grey
         # grid, read once the figure has taken the output's width (the facts follow each draw)
         orange = page.wait_for_function("""cell => {
