@@ -26,7 +26,7 @@ from workbench.config import JobConfig
 cfg = JobConfig.from_dict({
     "task": {"name": "my_tasks:gated", "options": {"gate": os.path.abspath("gate"), "at_step": 10, "delay_s": 0.05,
                                                    "n_train": 2048, "n_val": 256}},
-    "train": {"micro_batch_size": 16, "epochs": 100, "max_steps": 600, "checkpoint_every_steps": 50},
+    "train": {"micro_batch_size": 16, "epochs": 100, "max_steps": 200, "checkpoint_every_steps": 50},
     "dist": {"procs_per_node": 2, "threads_per_rank": 1},
     "launch": {"run_root": "runs", "time_limit": "10"},
 })
