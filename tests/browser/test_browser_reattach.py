@@ -124,5 +124,5 @@ def test_the_dashboard_reattaches_after_a_kernel_restart(chromium, jupyter_lab: 
         finally:
             browser.close()
     assert run.wait(timeout=60).state == "finished"
-    assert run.metrics().groupby("rank")["step"].max().tolist() == [600, 600]
+    assert run.metrics().groupby("rank")["step"].max().tolist() == [200, 200]
     assert_nothing_left(folder)
