@@ -16,7 +16,7 @@ from workbench.engine.monitor import RankMonitor
 from workbench.engine.trainer import Trainer
 from workbench.runfolder.layout import RunDir
 
-pytestmark = [pytest.mark.ddp, pytest.mark.timeout(180), pytest.mark.xdist_group("ddp_engine")]  # one pair of ranks for all
+pytestmark = [pytest.mark.ddp, pytest.mark.timeout(180), pytest.mark.xdist_group("ddp_engine")]
 
 
 def _trainer(cfg: JobConfig, run_dir: str, **task_options) -> Trainer:

@@ -143,7 +143,10 @@ def test_a_pruned_trial_cancels_its_element_alone(slurm_cluster, tmp_path):
     assert finished.status().step == 400
     (array,) = _arrays(sweep.folder)
     expected = {str(pruned.meta["job_id"]): "CANCELLED", str(finished.meta["job_id"]): "COMPLETED"}
-    wait_until(lambda: _sacct(array["job_id"]) == expected, 60, f"sacct saying {expected}")
+    try:
+        wait_until(lambda: _sacct(array["job_id"]) == expected, 60, f"sacct saying {expected}")
+    except AssertionError:  # say what sacct said instead
+        raise AssertionError(f"sacct says {_sacct(array['job_id'])} after 60 s, not {expected}") from None
     _nothing_left(sweep.folder, array["job_id"])
 
 

@@ -51,16 +51,12 @@ def stop_what_is_left(folder: Path | None, sweeps: list[Any]) -> list[str]:
         if jobs:
             subprocess.run(["scancel", *jobs], capture_output=True, timeout=30)
             stopped.append(f"SLURM jobs {' '.join(jobs)}")
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        if int(pid) == os.getpid():
-            continue
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if str(folder) in cmd:
+    from tests.support.lifecycle import naming
+
+    for pid in naming(folder):
+        if pid != os.getpid():
             try:
-                os.kill(int(pid), signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
                 stopped.append(f"pid {pid}")
             except OSError:
                 pass

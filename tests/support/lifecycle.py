@@ -50,6 +50,13 @@ def run_processes(folder: Path) -> list[str]:
     recorded = [Proc.from_dict((read_json(run.meta, {}) or {}).get("controller")),
                 *run.recorded("agent"), *run.recorded("worker")]
     found = {p.pid: f"{p.pid} (recorded)" for p in recorded if p is not None and p.alive()}
+    found.update({pid: f"{pid}: {cmd}" for pid, cmd in naming(folder).items()})
+    return sorted(found.values())
+
+
+def naming(folder: Path) -> dict[int, str]:
+    """Live processes (not zombies) whose command line names `folder`: pid -> command line."""
+    found = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
@@ -57,8 +64,8 @@ def run_processes(folder: Path) -> list[str]:
         except (OSError, IndexError):
             continue
         if str(folder) in cmd and state != "Z":
-            found[int(pid)] = f"{pid}: {cmd}"
-    return sorted(found.values())
+            found[int(pid)] = cmd
+    return found
 
 
 def assert_nothing_left(folder: Path) -> None:

@@ -275,7 +275,7 @@ class Sweep:
             self._thread.join()
         if self.readonly:
             for t in self._trials():
-                if t.state.name == "RUNNING" and _started(Path(t.user_attrs.get("run_dir") or "")):
+                if t.state.name == "RUNNING" and _started(t.user_attrs.get("run_dir")):
                     Run.load(t.user_attrs["run_dir"]).cancel(by=f"sweep {self.name} cancelled")
         self._cancel_active()
         self._say(f"sweep {self.name} cancelled: every trial's run stopped")
@@ -425,8 +425,7 @@ class Sweep:
     def runs(self) -> list[Run]:
         """Every trial's run, in trial order: those whose run has started (a trial being started,
         its run folder made but its run.json not yet written, is not listed until it is)."""
-        found = [Path(t.user_attrs["run_dir"]) for t in self._trials() if t.user_attrs.get("run_dir")]
-        return [Run.load(p) for p in found if _started(p)]
+        return [Run.load(t.user_attrs["run_dir"]) for t in self._trials() if _started(t.user_attrs.get("run_dir"))]
 
     @property
     def best(self) -> Best | None:
@@ -474,9 +473,10 @@ class Sweep:
         return sweep.start(background)
 
 
-def _started(run_dir: Path) -> bool:
-    """The trial's run folder holds a run: its run.json is written (atomically) once it started."""
-    return str(run_dir) not in ("", ".") and RunDir(run_dir).meta.is_file()
+def _started(run_dir: str | None) -> bool:
+    """The trial's run folder (its run_dir attribute) holds a run: its run.json is written
+    (atomically) once the run started."""
+    return bool(run_dir) and RunDir(Path(str(run_dir))).meta.is_file()
 
 
 def _cores() -> int:

@@ -236,11 +236,10 @@ class SlurmArrays:
                 return self._waiting_of(key)
         return None
 
-    def hand_over_again(self, run: RunDir, trial: int) -> bool:
-        """Sweep.load: a trial's run prepared for element JOB_I (its job id recorded) that the old
-        driver stopped before answering, the element still waiting, is answered now (True)."""
-        job_id = str((run.read_meta() or {}).get("job_id") or "")
-        if not job_id or self.dir.element(job_id, "bound").exists() or not self.dir.element(job_id, "waiting").exists():
+    def hand_over_again(self, job_id: str, run: RunDir, trial: int) -> bool:
+        """Sweep.load: a trial's run prepared for element `job_id` (JOB_I, recorded in its run.json)
+        that the old driver stopped before answering, the element still waiting, is answered now (True)."""
+        if self.dir.element(job_id, "bound").exists() or not self.dir.element(job_id, "waiting").exists():
             return False
         self.answer(job_id, run, trial=trial)
         return True

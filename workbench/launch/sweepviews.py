@@ -131,11 +131,12 @@ def reattach(sweep: Sweep) -> None:
         trial = optuna.trial.Trial(sweep.study, t._trial_id)
         run_dir = t.user_attrs.get("run_dir")
         run = _loaded(run_dir)
-        if run is not None and not run.meta.get("job_id"):  # the old driver stopped while starting it
+        job_id = str(run.meta.get("job_id") or "") if run is not None else ""
+        if run is not None and not job_id:  # the old driver stopped while starting it
             run.dir.mark_cancelled(f"sweep {sweep.name}: its driver stopped while starting this trial's run; "
                                    "the trial was queued again")
             run = None
-        if run is not None and sweep.arrays is not None and sweep.arrays.hand_over_again(run.dir, t.number):
+        if run is not None and sweep.arrays is not None and sweep.arrays.hand_over_again(job_id, run.dir, t.number):
             state = "handed to its element"  # prepared, its element still waiting for the answer
         else:
             state = run.status().state if run is not None else "never started"
