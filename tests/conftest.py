@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-pytest_plugins = ["tests.support.slurm_fixture"]
+pytest_plugins = ["tests.support.slurm_fixture", "tests.support.exclusive"]
 
 LAYERS = {"unit": "unit", "process": "process", "ddp": "ddp", "slurm": "slurm", "notebooks": "notebook",
           "browser": "browser"}
@@ -17,10 +17,12 @@ LAYERS = {"unit": "unit", "process": "process", "ddp": "ddp", "slurm": "slurm", 
 
 
 GROUPS = {"slurm": "machine", "notebooks": "machine", "browser": "browser"}
-"""Folder -> the xdist group its tests run in.  Under `-n` (pytest-xdist, `--dist loadgroup`) each group runs
-in one worker, beside the rest: the browser tests share one JupyterLab; group "machine" holds what the
-machine and the checkout have once: the SLURM test cluster (it owns /etc/slurm; only tests/slurm and
-notebook 03 use it), and the README and notebooks run in place (they share the checkout's runs/ folders)."""
+"""Folder -> what its tests use that the machine has once.  Group "machine": the SLURM test cluster (it owns
+/etc/slurm; tests/slurm and notebook 03 use it) and the README and notebooks run in place (they share the
+checkout's runs/ folders); group "browser": JupyterLab in Chromium, the heaviest thing a test starts.
+Each such test holds that resource's file lock while it runs (`holds`, tests/support/exclusive.py): that is
+what makes the suite right, serially, under any `-n` and any scheduler.  The same name as an xdist group
+(`--dist loadgroup`) keeps them on one worker, so they never wait on each other's lock."""
 
 
 RUNS_PROCESSES = {"process", "ddp", "slurm", "notebooks"}
@@ -64,4 +66,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(getattr(pytest.mark, LAYERS[folder]))
         group = GROUPS.get(folder)
         if group:
+            item.add_marker(pytest.mark.holds(group))
             item.add_marker(pytest.mark.xdist_group(group))

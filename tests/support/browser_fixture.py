@@ -28,6 +28,8 @@ from typing import Any
 
 import pytest
 
+from .exclusive import held
+
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
@@ -70,7 +72,10 @@ def ensure_chromium() -> tuple[Path | None, str]:
         return CHROMIUM, ""
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
         return None, f"{CHROMIUM} is missing and cannot be installed here (apt-get install chromium needs root)"
-    problem = _apt(["update"], APT_UPDATE_TIMEOUT_S) or _apt(["install", "-y", "chromium"], APT_INSTALL_TIMEOUT_S)
+    with held("apt"):  # the SLURM fixture may be installing its packages from another worker
+        if CHROMIUM.exists():
+            return CHROMIUM, ""
+        problem = _apt(["update"], APT_UPDATE_TIMEOUT_S) or _apt(["install", "-y", "chromium"], APT_INSTALL_TIMEOUT_S)
     if problem:
         return None, f"installing Chromium failed: {problem}"
     if not CHROMIUM.exists():

@@ -10,11 +10,17 @@ Clients (sbatch, sacct, squeue, submitit) read /etc/slurm/slurm.conf, which star
 existing file; stop() restores it. Every daemon runs in the foreground from Popen; its pid (with its start time,
 so a reused pid is never hit) is kept in STATE_FILE, and stop() signals only those pids. A run that died without
 stop() is cleaned up by the next start(). Facts behind the settings: /work/shared/notes/slurm.md.
+
+The machine has one cluster (it owns /etc/slurm), and a test session may be several processes (xdist
+workers): `shared()` gives each the same one. The first process to ask starts it, the others join it, and
+the last one to leave stops it; STATE_FILE lists who uses it, and a file lock makes each of those steps
+whole.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -27,8 +33,11 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from .exclusive import held
+
 STATE_DIR = Path("/tmp/workbench-slurm")
-STATE_FILE = STATE_DIR / "pids"  # JSON: owner, daemons, backed-up files, /etc/hosts lines added
+STATE_FILE = STATE_DIR / "pids"  # JSON: owner, users, daemons, backed-up files, /etc/hosts lines added, ports
+STATE_LOCK = STATE_DIR / "lock"  # held while a process starts, joins, leaves or stops the cluster
 CONF_DIR = Path("/etc/slurm")
 HOSTS_FILE = Path("/etc/hosts")
 MUNGE_RUN_DIR = Path("/run/munge")
@@ -86,7 +95,7 @@ def ensure_packages() -> str | None:
         return f"missing {missing_binaries()} and cannot apt-get install them (needs root and apt-get)"
     install = ["apt-get", "install", "-y", "--no-install-recommends", *PACKAGES]
     try:
-        with _services_disabled():
+        with held("apt"), _services_disabled():  # the browser fixture may be installing Chromium from another worker
             _run(["apt-get", "update"], 300, env={"DEBIAN_FRONTEND": "noninteractive"})
             _run(install, 900, env={"DEBIAN_FRONTEND": "noninteractive"})
     except RuntimeError as exc:
@@ -113,9 +122,6 @@ def skip_reason() -> str | None:
         return "a SLURM test cluster needs Linux"
     if os.geteuid() != 0:
         return "a SLURM test cluster needs root (it writes /etc/slurm and /etc/hosts and starts daemons)"
-    owner = _live_owner(_load_state())
-    if owner:
-        return f"a SLURM test cluster started by pid {owner} is still running"
     foreign = _foreign_slurm_daemons()
     if foreign:
         return f"SLURM daemons not started by {__name__} are running (pids {foreign}); not replacing their config"
@@ -172,10 +178,66 @@ def _save_state(state: dict) -> None:
     tmp.replace(STATE_FILE)
 
 
+def _me() -> dict:
+    return {"pid": os.getpid(), "start": _proc_stat(os.getpid())[1]}
+
+
+def _live_users(state: dict) -> list[dict]:
+    """The processes that started or joined the recorded cluster and still run."""
+    users = [state["owner"], *state.get("users", [])] if state.get("owner") else state.get("users", [])
+    live = [user for user in users if _alive(user["pid"], user["start"])]
+    return [user for i, user in enumerate(live) if user not in live[:i]]
+
+
 def _live_owner(state: dict) -> int | None:
-    """The pid of the process that started the recorded cluster, if that process still runs."""
-    owner = state.get("owner")
-    return owner["pid"] if owner and _alive(owner["pid"], owner["start"]) else None
+    """The pid of a process that uses the recorded cluster, if one still runs."""
+    live = _live_users(state)
+    return live[0]["pid"] if live else None
+
+
+@contextlib.contextmanager
+def _state_locked() -> Iterator[None]:
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    with open(STATE_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+class Unavailable(RuntimeError):
+    """No cluster can run on this machine (the message says why)."""
+
+
+@contextlib.contextmanager
+def shared() -> Iterator[SlurmCluster]:
+    """The machine's one test cluster for as long as the block runs: joined if another process of ours runs
+    it, else started (installing the packages first if need be); stopped when the last process using it
+    leaves. Raises Unavailable where no cluster can run here."""
+    me = _me()
+    with _state_locked():
+        state = _load_state()
+        if _live_users(state):
+            cluster = SlurmCluster.joined(state)
+        else:
+            reason = skip_reason()
+            if reason is not None:
+                raise Unavailable(reason)
+            cluster = SlurmCluster().start()
+        cluster._state["users"] = [user for user in _live_users(cluster._state) if user != me] + [me]
+        _save_state(cluster._state)
+    try:
+        yield cluster
+    finally:
+        with _state_locked():
+            state = _load_state()
+            others = [user for user in _live_users(state) if user != me]
+            if not state:
+                cluster._state = None  # stopped already (a test stopped it on purpose); nothing of it is left
+            elif others:
+                state["users"] = others  # still in use: the last one out stops it
+                _save_state(state)
+            else:
+                cluster._state = state
+                cluster.stop()
 
 
 def _foreign_slurm_daemons() -> list[int]:
@@ -283,8 +345,8 @@ class SlurmCluster:
         if owner:
             raise RuntimeError(f"a SLURM test cluster started by pid {owner} is still running; stop it first")
         self.workdir = Path(tempfile.mkdtemp(prefix="workbench-slurm-"))
-        me = {"pid": os.getpid(), "start": _proc_stat(os.getpid())[1]}
-        self._state = {"owner": me, "workdir": str(self.workdir), "daemons": [], "files": {}, "hosts": []}
+        self._state = {"owner": _me(), "workdir": str(self.workdir), "daemons": [], "files": {}, "hosts": [],
+                       "nodes": self.nodes}
         _save_state(self._state)
         try:
             self._start_all()
@@ -293,6 +355,15 @@ class SlurmCluster:
             self.stop(keep_workdir=True)
             raise RuntimeError(message) from exc
         return self
+
+    @classmethod
+    def joined(cls, state: dict) -> SlurmCluster:
+        """The running cluster `state` records (started by another process), to use and, last, to stop."""
+        cluster = cls(tuple(state.get("nodes", ("n1", "n2"))))
+        cluster.workdir = Path(state["workdir"])
+        cluster.ports = dict(state.get("ports", {}))
+        cluster._state = state
+        return cluster
 
     def stop(self, keep_workdir: bool = False) -> None:
         """Cancel remaining jobs, stop only the daemons this cluster started, restore /etc files."""
@@ -321,6 +392,7 @@ class SlurmCluster:
         self._start_munge()
         port_names = ["mariadb", "slurmdbd", "slurmctld", *self.nodes]
         self.ports = dict(zip(port_names, _free_ports(len(port_names))))
+        self._state["ports"] = self.ports
         self._start_mariadb()
         self._write_etc(CONF_DIR / "slurm.conf", self._slurm_conf(), 0o644)
         self._write_etc(CONF_DIR / "slurmdbd.conf", self._slurmdbd_conf(), 0o600)

@@ -8,30 +8,29 @@ Where no cluster can run, its tests are skipped; with CI=true they fail instead,
 from __future__ import annotations
 
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
-from .slurm_cluster import SlurmCluster, skip_reason
+from .slurm_cluster import SlurmCluster, Unavailable, shared
 
 
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[SlurmCluster]:
-    reason = skip_reason()  # may apt-get install the packages
-    if reason is not None:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI=true but no SLURM test cluster can start here: {reason}", pytrace=False)
-        pytest.skip(f"no SLURM test cluster: {reason}")
-    cluster = SlurmCluster()
-    saved_env = {name: os.environ.get(name) for name in cluster.env}
-    cluster.start()
-    os.environ.update(cluster.env)
+    """The machine's one cluster, shared by every worker of the session (started by the first to ask, stopped
+    by the last to finish); each test that uses it holds the "machine" lock (tests/conftest.py)."""
+    saved_env = {name: os.environ.get(name) for name in SlurmCluster().env}
     try:
-        yield cluster
+        with shared() as cluster:  # may apt-get install the packages
+            os.environ.update(cluster.env)
+            yield cluster
+    except Unavailable as exc:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true but no SLURM test cluster can start here: {exc}", pytrace=False)
+        pytest.skip(f"no SLURM test cluster: {exc}")
     finally:
         for name, value in saved_env.items():
             if value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-        cluster.stop()

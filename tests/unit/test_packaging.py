@@ -118,3 +118,14 @@ def test_ruff_and_mypy_are_configured():
     assert PYPROJECT["tool"]["ruff"]["line-length"] == 120
     assert {"E", "F", "W", "I", "B", "UP", "SIM"} <= set(PYPROJECT["tool"]["ruff"]["lint"]["select"])
     assert PYPROJECT["tool"]["mypy"]["files"] == ["workbench"]
+
+
+TEST_TOOLS = ["pytest", "pytest-xdist", "pytest-timeout", "hypothesis", "playwright", "ruff", "mypy"]
+
+
+@pytest.mark.parametrize("tool", TEST_TOOLS)
+def test_the_test_tools_are_pinned_to_a_range_the_suite_passed_with(tool):
+    """A new machine gets the newest version a pin allows; an open upper bound let pytest 9.2 in, which
+    drops xdist's groups.  Raise a bound on purpose, after a full run with the new version."""
+    (req,) = [Requirement(r) for r in PROJECT["optional-dependencies"]["test"] if Requirement(r).name == tool]
+    assert any(spec.operator == "<" for spec in req.specifier), f"{req}: no upper bound"

@@ -1,0 +1,106 @@
+"""The suite's own guards, on real pytest sessions: what the machine has once (the SLURM test cluster, the
+checkout's runs/ folders, JupyterLab) is never used by two tests at once, whatever the scheduler.
+
+Each test runs a small suite in a fresh `python -m pytest` whose tests record when they ran and on which
+worker: two modules that hold "machine" the way tests/conftest.py marks tests/slurm and tests/notebooks,
+and one that holds nothing.  Its lock folder is the test's own (WB_TEST_LOCK_DIR), so a real suite
+running beside it is not touched."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support import REPO
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the test extra installs tomli
+    import tomli as tomllib
+
+pytestmark = pytest.mark.timeout(180)
+
+ADDOPTS = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["addopts"]
+"""The scheduler settings the suite runs with (`-n 2 --dist loadgroup`)."""
+
+HOLDING = '''
+import json, os, time
+import pytest
+
+pytestmark = [pytest.mark.holds("machine"), pytest.mark.xdist_group("machine")]
+
+
+@pytest.fixture(scope="module")
+def shared_state():  # like a module's SLURM job or notebook folder: only the lock's holder may see it
+    yield {}
+
+
+@pytest.mark.parametrize("i", range(3))
+def test_held(i, shared_state):
+    start = time.monotonic()
+    time.sleep(0.3)
+    with open(os.environ["RECORD"], "a") as out:
+        out.write(json.dumps({"test": __name__ + str(i), "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
+                              "start": start, "end": time.monotonic()}) + "\\n")
+'''
+
+FREE = '''
+import pytest
+
+
+@pytest.mark.parametrize("i", range(6))
+def test_free(i):
+    pass
+'''
+
+
+def _run_suite(folder: Path, options: str) -> list[dict]:
+    for name, text in {"test_held_a.py": HOLDING, "test_held_b.py": HOLDING, "test_free.py": FREE,
+                       "conftest.py": 'pytest_plugins = ["tests.support.exclusive"]\n'}.items():
+        (folder / name).write_text(text)
+    (folder / "pytest.ini").write_text("[pytest]\n")  # this folder is the rootdir: none of the project's settings
+    record = folder / "record.jsonl"
+    record.unlink(missing_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "WB_TEST_"))}
+    env |= {"PYTHONPATH": str(REPO), "RECORD": str(record), "WB_TEST_LOCK_DIR": str(folder / "locks")}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *shlex.split(options)],
+                          cwd=folder, env=env, capture_output=True, text=True, timeout=150)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    return [json.loads(line) for line in record.read_text().splitlines()]
+
+
+def _overlaps(records: list[dict]) -> list[tuple[str, str]]:
+    ordered = sorted(records, key=lambda r: r["start"])
+    return [(a["test"] + "@" + a["worker"], b["test"] + "@" + b["worker"])
+            for a, b in zip(ordered, ordered[1:]) if b["start"] < a["end"]]
+
+
+def test_the_suites_scheduler_keeps_a_group_on_one_worker(tmp_path):
+    """Fails when pytest/xdist stop honouring `xdist_group` under the suite's addopts (pytest 9.2 with xdist 3.8
+    does): the suite stays right (the lock), but its shared tests would then wait on each other across workers."""
+    records = _run_suite(tmp_path, ADDOPTS)
+    assert len(records) == 6
+    workers = {r["worker"] for r in records}
+    assert len(workers) == 1, f"the 'machine' group ran on workers {sorted(workers)}: grouping is broken"
+
+
+def test_tests_holding_the_machine_never_overlap_under_any_scheduler(tmp_path):
+    """`--dist each` runs every test on both workers at once: the worst case for the lock.  Each worker's held
+    tests run as one block (its module fixtures live inside the hold), never beside the other's."""
+    records = _run_suite(tmp_path, "-n 2 --dist each")
+    assert len(records) == 12 and {r["worker"] for r in records} == {"gw0", "gw1"}
+    assert _overlaps(records) == []
+    ordered = sorted(records, key=lambda r: r["start"])
+    switches = sum(a["worker"] != b["worker"] for a, b in zip(ordered, ordered[1:]))
+    assert switches == 1, f"the lock changed hands {switches} times: {[r['worker'] for r in ordered]}"
+
+
+def test_serially_the_lock_is_taken_and_given_back(tmp_path):
+    records = _run_suite(tmp_path, "-p no:xdist")
+    assert len(records) == 6 and _overlaps(records) == []
