@@ -34,7 +34,8 @@ _LAZY = {
     "runs": "workbench.results.history",
     "compare": "workbench.results.history",
     "config_diff": "workbench.results.history",
-    "sweep": "workbench.launch.sweep",
+    "sweep": "workbench.sweeps.driver",
+    "Sweep": "workbench.sweeps.driver",
     "sweeps": "workbench.sweeps",
 }
 _MODULES = ("presets", "analysis", "sweeps")
@@ -50,8 +51,8 @@ if TYPE_CHECKING:
     from workbench.launch.run import Run
     from workbench.launch.scaling_bench import benchmark_scaling
     from workbench.launch.submit import submit, submit_fn, submit_script
-    from workbench.launch.sweep import sweep
     from workbench.results.history import compare, config_diff, runs
+    from workbench.sweeps.driver import Sweep, sweep
 
 
 def load_ipython_extension(ipython: Any) -> None:

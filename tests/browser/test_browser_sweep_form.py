@@ -65,7 +65,7 @@ def test_two_learning_rates_typed_into_the_form_sweep_two_real_trials(chromium, 
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import expect, sync_playwright
 
-    from workbench.launch.sweep import Sweep
+    from workbench.sweeps.driver import Sweep
 
     _notebook(jupyter_lab)
     ARTIFACTS.mkdir(exist_ok=True)

@@ -56,7 +56,7 @@ def test_a_grid_runs_two_at_a_time_and_its_frame_has_one_row_per_point(tmp_path)
         "train.lr"]
     listed = workbench.runs(tmp_path / "runs")
     assert set(frame["run"]) <= set(listed["folder"])
-    sweeps = workbench.sweeps(tmp_path / "runs")
+    sweeps = workbench.sweeps.list_sweeps(tmp_path / "runs")
     assert sweeps["done"].tolist() == [4] and sweeps["driving"].tolist() == [False]
     assert any("finished" in line for line in sweep.events)
     fig = sweep.plot()

@@ -19,7 +19,7 @@ import workbench
 from tests.support.slurm_cluster import closed_port
 from workbench.config import JobConfig
 from workbench.errors import SubmitError
-from workbench.launch.sweeparray import shape_key
+from workbench.sweeps.array import shape_key
 
 optuna = pytest.importorskip("optuna")
 pytestmark = [pytest.mark.timeout(120),

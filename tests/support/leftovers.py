@@ -20,7 +20,7 @@ from typing import Any
 
 def sweeps_started(monkeypatch: Any) -> list[Any]:
     """Record every Sweep this process starts while the test runs."""
-    from workbench.launch.sweep import Sweep
+    from workbench.sweeps.driver import Sweep
 
     started: list[Any] = []
     original = Sweep.start

@@ -9,7 +9,7 @@ import pytest
 
 from workbench.config import JobConfig
 from workbench.errors import ConfigError
-from workbench.launch.sweepspace import Distribution, loguniform, parse_assignment
+from workbench.sweeps.space import Distribution, loguniform, parse_assignment
 from workbench.ui import ConfigForm, Workbench
 from workbench.ui.fields import config_fields
 from workbench.ui.sweepform import read_options, sweepable

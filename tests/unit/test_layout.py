@@ -86,11 +86,13 @@ LAYERS = {
     "integrations": {"errors", "config", "runfolder", "engine"},
     "launch": {"errors", "config", "runfolder", "proctree", "engine", "results"},
     "results": {"errors", "config", "runfolder", "launch"},
-    "cli": {"errors", "config", "runfolder", "proctree", "launch", "results"},
-    "ui": {"errors", "config", "runfolder", "launch", "results", "engine"},
+    "sweeps": {"errors", "config", "runfolder", "proctree", "engine", "launch", "results"},
+    "cli": {"errors", "config", "runfolder", "proctree", "launch", "results", "sweeps"},
+    "ui": {"errors", "config", "runfolder", "launch", "results", "engine", "sweeps"},
 }
 """Who may import whom: code that runs inside a rank (engine) reaches neither the submitting side
-nor the widgets; the run-folder contract and the config import nothing above them."""
+nor the widgets; the run-folder contract and the config import nothing above them; sweeps sit above
+launch (a trial is a run submitted as any other) and below the front doors (ui, cli)."""
 
 
 def _package(module: str) -> str:
@@ -138,6 +140,14 @@ def test_rank_side_code_lives_in_engine():
     assert not launch & {"worker", "rendezvous", "script"}, "rank-side modules belong in workbench/engine"
     for path in (PACKAGE / "launch").glob("*.py"):
         assert "submitit.JobEnvironment" not in path.read_text(), f"{path.name} reads the rank's environment"
+
+
+def test_the_sweep_feature_lives_in_its_package():
+    """Sweeps sit above launch/: no sweep module is stored in the layers below them (what runs in an
+    array element's ranks is engine/sweep_element.py; the front doors stay in ui/ and cli/)."""
+    for below in ("launch", "results"):
+        assert not list((PACKAGE / below).glob("sweep*.py")), f"{below}/ holds a sweep module: it belongs in sweeps/"
+    assert (PACKAGE / "sweeps" / "__init__.py").exists() and not (PACKAGE / "sweeps.py").exists()
 
 
 def test_no_import_cycles_lazy_imports_included():
@@ -245,3 +255,4 @@ def test_the_path_check_passes_paths_that_are_not_the_run_folders():
           'Path(jupyter_runtime_dir()).glob("jpserver-*.json")',
           'path.with_name(f".{path.name}.tmp-{pid}")', 'run.pool_log(number, rank, "out")']
     assert [s for s in ok if hand_built_paths(s)] == []
+

@@ -16,8 +16,8 @@ from workbench.config import JobConfig
 from workbench.engine.sweep_element import say_waiting, wait_bound
 from workbench.errors import ConfigError
 from workbench.launch.executors import slurm_array_executor, slurm_shape
-from workbench.launch.sweeparray import shape_key, slurm_space_problems
 from workbench.runfolder.layout import RunDir, SweepDir
+from workbench.sweeps.array import shape_key, slurm_space_problems
 
 optuna = pytest.importorskip("optuna")
 pytestmark = pytest.mark.timeout(60)
@@ -65,7 +65,7 @@ def test_an_array_script_asks_n_elements_p_at_once_after_the_array_before(tmp_pa
 
 
 def _sweep(tmp_path: Path, space: dict) -> workbench.sweeps.Sweep:
-    from workbench.launch.sweepstudy import make_pruner, make_sampler, storage
+    from workbench.sweeps.study import make_pruner, make_sampler, storage
 
     folder = SweepDir(tmp_path / "sweep-x").create()
     study = optuna.create_study(storage=storage(folder), study_name="sweep", sampler=make_sampler(None, space),
@@ -75,7 +75,7 @@ def _sweep(tmp_path: Path, space: dict) -> workbench.sweeps.Sweep:
 
 def _claim(sweep, key: str):
     """What the driver does when an element of shape `key` starts: claim a trial, suggest its values."""
-    from workbench.launch.sweep import _suggest
+    from workbench.sweeps.driver import _suggest
 
     trial = sweep.arrays._claim(key)
     if trial is not None:
@@ -138,8 +138,8 @@ def test_an_element_without_an_answer_ends_when_the_sweep_is_cancelled(tmp_path)
 def _resumed_sweep(tmp_path: Path, executor: str, prepare) -> tuple[object, object, RunDir]:
     """A sweep whose old driver was killed while trial 0 was RUNNING, its run folder left as
     `prepare` leaves it; reattached as Sweep.load does (no process: the trial's status is not asked)."""
-    from workbench.launch.sweep import Sweep
-    from workbench.launch.sweepviews import reattach
+    from workbench.sweeps.driver import Sweep
+    from workbench.sweeps.views import reattach
 
     folder = SweepDir(tmp_path / "sweep")
     folder.root.mkdir()
@@ -181,3 +181,32 @@ def test_a_slurm_trial_prepared_for_an_element_never_answered_is_handed_to_it_on
     assert bound["run_dir"] == str(run.root) and bound["trial"] == 0
     assert list(sweep.active) == [0] and [t.state.name for t in study.get_trials()] == ["RUNNING"]
     assert any("trial 0 followed again (handed to its element)" in line for line in sweep.events)
+
+
+def _modules_named(data: bytes) -> set[str]:
+    """The modules a pickle names by reference (what its loader imports)."""
+    import pickletools
+
+    ops = list(pickletools.genops(data))
+    named = {str(arg).split(" ")[0] for op, arg, _ in ops if op.name in ("GLOBAL", "INST")}
+    return named | {arg for _, arg, _ in ops if isinstance(arg, str) and arg.startswith("workbench.")}
+
+
+def test_what_a_sweep_pickles_names_no_sweeps_module(tmp_path):
+    """An array element (what submitit pickles for SLURM) is engine code; the sweep's task.pkl holds the
+    user's task or function: no pickle names workbench.sweeps (or the old workbench.launch.sweep*),
+    so sweep folders written before or after a move of the package still load."""
+    import cloudpickle
+
+    from workbench.engine.rendezvous import RankContract
+    from workbench.engine.sweep_element import SweepElement
+    from workbench.sweeps.study import read_work, write_work
+
+    element = cloudpickle.dumps(SweepElement(str(tmp_path), RankContract(local=False), 1))
+    folder = SweepDir(tmp_path / "sweep")
+    folder.root.mkdir()
+    write_work(folder, None, len, (1,))
+    assert read_work(folder)["fn"] is len
+    for data in (element, folder.task_pickle.read_bytes()):
+        named = _modules_named(data)
+        assert not {m for m in named if m.startswith(("workbench.sweeps", "workbench.launch.sweep"))}, named

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 import workbench
 from workbench.config import JobConfig
 from workbench.errors import ConfigError
-from workbench.launch import sweepspace as sp
-from workbench.launch.sweepscript import SweptScript
+from workbench.sweeps import space as sp
+from workbench.sweeps.script import SweptScript
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -35,7 +35,21 @@ def test_the_public_namespace_makes_distributions_and_lists_sweeps(tmp_path):
     assert workbench.sweeps.int_range(1, 4).corners() == [1, 4]
     assert workbench.sweeps.choice("adamw", "sgd").corners() == ["adamw", "sgd"]
     assert not sp.is_grid(sp.normalised({"train.lr": d, "train.seed": [0, 1]}))
-    listed = workbench.sweeps(tmp_path)  # the module is callable: workbench.sweeps() lists sweeps
+    listed = workbench.sweeps.list_sweeps(tmp_path)
+    assert list(listed.columns)[:2] == ["name", "folder"] and len(listed) == 0
+
+
+def test_the_sweep_handle_is_exported_beside_run_and_pool():
+    from workbench.sweeps.driver import Sweep, sweep
+
+    assert workbench.Sweep is Sweep and workbench.sweeps.Sweep is Sweep
+    assert workbench.sweep is sweep and workbench.sweeps.sweep is sweep
+
+
+def test_calling_the_package_still_lists_sweeps_for_one_release_with_a_warning(tmp_path):
+    """workbench.sweeps(root) was the README's way to list sweeps: it works, and says the new name."""
+    with pytest.warns(DeprecationWarning, match=r"workbench\.sweeps\.list_sweeps\(root\)"):
+        listed = workbench.sweeps(tmp_path)
     assert list(listed.columns)[:2] == ["name", "folder"] and len(listed) == 0
 
 
@@ -151,7 +165,7 @@ def test_samplers_and_pruners_by_name_and_a_bad_name_is_one_line():
     pytest.importorskip("optuna")
     import optuna
 
-    from workbench.launch.sweep import make_pruner, make_sampler
+    from workbench.sweeps.study import make_pruner, make_sampler
 
     grid = sp.normalised({"train.lr": [1e-3, 1e-2]})
     assert isinstance(make_sampler(None, grid), optuna.samplers.GridSampler)

@@ -9,8 +9,8 @@ import pytest
 import workbench
 from tests.support.runs import write_run
 from workbench.launch.run import Run
-from workbench.launch.sweepviews import metric_values
 from workbench.runfolder.layout import RunDir
+from workbench.sweeps.views import metric_values
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -49,8 +49,8 @@ def test_a_trial_being_started_is_listed_once_its_run_json_is_written(tmp_path):
     is bound); sweep.runs read in between lists the trials that started, never raises."""
     optuna = pytest.importorskip("optuna")
     from workbench.config.sections import JobConfig
-    from workbench.launch.sweep import Sweep
     from workbench.runfolder.layout import SweepDir
+    from workbench.sweeps.driver import Sweep
 
     study = optuna.create_study()
     study.ask().set_user_attr("run_dir", str(write_run(tmp_path, "trial-0", world=1, rule="linear", steps=3)))

@@ -69,8 +69,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _start(args: argparse.Namespace) -> tuple[Any, Any]:
-    from workbench.launch.sweep import Sweep, sweep
-    from workbench.launch.sweepspace import parse_assignments
+    from workbench.sweeps.driver import Sweep, sweep
+    from workbench.sweeps.space import parse_assignments
 
     script_args = _script_args(args)
     if args.resume:

@@ -189,7 +189,7 @@ def slurm_failure(command: str, message: str, returncode: int | None) -> str:
     return f"{command} failed{status}: {said}; {fix}"
 
 
-# --- a sweep's trials as one job array (workbench.launch.sweeparray) -------------------------------
+# --- a sweep's trials as one job array (workbench.sweeps.array) ---------------------------------
 
 
 class ArraySlurmExecutor(SlurmExecutor):

@@ -471,7 +471,7 @@ class SweepDir:
 
     @property
     def arrays(self) -> Path:
-        """submitit's folder for the sweep's SLURM job arrays (workbench.launch.sweeparray)."""
+        """submitit's folder for the sweep's SLURM job arrays (workbench.sweeps.array)."""
         return self.root / "arrays"
 
     @property

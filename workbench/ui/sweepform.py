@@ -2,7 +2,7 @@
 sweep's space is, every value checked like a single value, and the trials/parallel/metric options.
 
 A field is swept when its text is written as the CLI's --grid and --search write a field's values
-(workbench.launch.sweepspace.parse_assignment reads both):
+(workbench.sweeps.space.parse_assignment reads both):
 
     train.lr          1e-3, 3e-3, 1e-2             a grid: every value, every combination
     train.lr          loguniform(1e-4, 1e-2)       a range, sampled (uniform, int_range, choice too)
@@ -19,7 +19,7 @@ from typing import Any
 
 from workbench.config.sections import JobConfig
 from workbench.errors import ConfigError
-from workbench.launch import sweepspace as sp
+from workbench.sweeps import space as sp
 from workbench.ui.fields import FieldSpec, parse_int
 
 Values = list[Any] | sp.Distribution
@@ -64,7 +64,7 @@ def swept_values(spec: FieldSpec, raw: str) -> tuple[Values | None, list[str]]:
 
 
 def field_line(path: str, line: str, prefix: str = "") -> str:
-    """A sweepspace line as the form's: it starts with the field it is about (so it is written under
+    """A sweeps.space line as the form's: it starts with the field it is about (so it is written under
     that field), or with "sweep:" when it is about the sweep as a whole."""
     if prefix and line.startswith(prefix):
         line = line[len(prefix):]

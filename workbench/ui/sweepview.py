@@ -18,7 +18,7 @@ import ipywidgets as w
 from workbench.ui.tables import scrolling
 
 if TYPE_CHECKING:
-    from workbench.launch.sweep import Sweep
+    from workbench.sweeps.driver import Sweep
 
 CELL = "padding:2px 8px;text-align:right;color:var(--jp-ui-font-color1,#222)"
 

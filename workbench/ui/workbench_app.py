@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from workbench.config.sections import JobConfig
     from workbench.launch.pool import Pool
     from workbench.launch.run import Run
-    from workbench.launch.sweep import Sweep
+    from workbench.sweeps.driver import Sweep
 
 T = TypeVar("T")
 

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from workbench.errors import ConfigError
-from workbench.launch import sweepspace as sp
 from workbench.runfolder.layout import SweepDir
+from workbench.sweeps import space as sp
 
 PRUNERS = ("median", "percentile", "hyperband", "none")
 SAMPLERS = ("grid", "tpe", "random")

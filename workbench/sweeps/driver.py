@@ -12,7 +12,7 @@ queued again with the same values.
 Where trials run: locally, up to `parallel` at once and never more ranks at once than the machine
 takes (validate.LOCAL_RANKS_PER_CORE per core); through a Pool, one after another in its warm ranks;
 on SLURM, as the elements of one job array, `parallel` of them at once, each bound to its trial when
-it starts (workbench.launch.sweeparray: one array per resource shape), the study here."""
+it starts (workbench.sweeps.array: one array per resource shape), the study here."""
 
 from __future__ import annotations
 
@@ -27,14 +27,14 @@ from typing import TYPE_CHECKING, Any
 from workbench.config.sections import JobConfig
 from workbench.config.validate import LOCAL_RANKS_PER_CORE
 from workbench.errors import ConfigError, SubmitError
-from workbench.launch import sweepspace as sp
 from workbench.launch.run import Run
-from workbench.launch.sweeparray import SlurmArrays, slurm_space_problems
-from workbench.launch.sweepscript import SweptScript
-from workbench.launch.sweepstudy import label, make_pruner, make_sampler, optuna_module, storage, write_work
-from workbench.launch.sweepviews import Active, counted, metric_values, missing_metric, state_named
 from workbench.proctree import Proc
 from workbench.runfolder.layout import RunDir, SweepDir, safe_name
+from workbench.sweeps import space as sp
+from workbench.sweeps.array import SlurmArrays, slurm_space_problems
+from workbench.sweeps.script import SweptScript
+from workbench.sweeps.study import label, make_pruner, make_sampler, optuna_module, storage, write_work
+from workbench.sweeps.views import Active, counted, metric_values, missing_metric, state_named
 
 if TYPE_CHECKING:
     import optuna
@@ -224,7 +224,7 @@ class Sweep:
                     self.arrays.step()
                 return
             while not self._stop.is_set() and self._can_start():
-                self._start_trial()
+                self.start_trial()
 
     @property
     def done(self) -> bool:
@@ -262,7 +262,7 @@ class Sweep:
             if self.arrays is not None and not self.readonly:
                 self.arrays.release(strict=False)  # elements still queued: nothing left for them
             best = self.best
-            self._say(f"sweep {self.name} done: {self.count_done()} trials" +
+            self.say(f"sweep {self.name} done: {self.count_done()} trials" +
                       (f"; best trial {best.number}: {self.metric} {best.value:.4g} ({_shown(best.params)})"
                        if best else ""))
 
@@ -278,7 +278,7 @@ class Sweep:
                 if t.state.name == "RUNNING" and _started(t.user_attrs.get("run_dir")):
                     Run.load(t.user_attrs["run_dir"]).cancel(by=f"sweep {self.name} cancelled")
         self._cancel_active()
-        self._say(f"sweep {self.name} cancelled: every trial's run stopped")
+        self.say(f"sweep {self.name} cancelled: every trial's run stopped")
 
     def _cancel_active(self) -> None:
         with self._lock:
@@ -304,6 +304,12 @@ class Sweep:
             return True
         return sum(1 for t in found if counted(t)) < self.trials and not self.cancelled
 
+    def wants_trial(self) -> bool:
+        """Whether a trial may start now: the sweep is neither stopping nor cancelled and Optuna has
+        one to give (one queued again, or fewer counted than `trials`).  The SLURM array asks it
+        before it binds a waiting element to a trial."""
+        return not self.cancelled and not self._stop.is_set() and self._can_ask()
+
     def _can_start(self) -> bool:
         if not self._can_ask():
             return False
@@ -320,9 +326,9 @@ class Sweep:
         lists = {f: v if isinstance(v, list) else v.corners() for f, v in self.space.items() if f.startswith("dist.")}
         return max(sp.apply_params(self.cfg, p).world_size for p in (sp.grid_points(lists) if lists else [{}]))
 
-    def _start_trial(self, trial: Any = None, launcher: Any = None) -> None:
+    def start_trial(self, trial: Any = None, launcher: Any = None) -> None:
         """Ask Optuna for a trial (or take the one given) and start its run; `launcher`: on SLURM,
-        the array element the trial is bound to."""
+        the array element the trial is bound to (workbench.sweeps.array binds them)."""
         trial = self.study.ask() if trial is None else trial
         params = {f: _suggest(trial, f, v) for f, v in self.space.items()}
         run_dir = self.dir.trial(trial.number)
@@ -334,14 +340,14 @@ class Sweep:
             trial.set_user_attr("outcome", "failed")
             trial.set_user_attr("error", str(exc))
             self.study.tell(trial, state=state_named("FAIL"))
-            self._say(f"trial {trial.number} could not start: {exc}")
+            self.say(f"trial {trial.number} could not start: {exc}")
             return
         trial.set_user_attr("submitted", submitted)
         self.active[trial.number] = Active(trial, run, submitted)
-        self._say(f"trial {trial.number} started ({_shown(params)}): {run.folder}")
+        self.say(f"trial {trial.number} started ({_shown(params)}): {run.folder}")
 
     def _submit(self, cfg: JobConfig, params: dict[str, Any], run_dir: Path, launcher: Any = None) -> Run:
-        """`launcher`: a SLURM array element (sweeparray.Element), submitted to as to a pool."""
+        """`launcher`: a SLURM array element (sweeps.array.Element), submitted to as to a pool."""
         from workbench.launch.submit import submit, submit_fn
 
         pool = launcher or self.pool
@@ -377,13 +383,13 @@ class Sweep:
                                     "sweep": str(self.folder)})
         run.cancel(by=f"sweep {self.name}: pruned at step {active.reported}")
         self._tell(number, active, "PRUNED", outcome="pruned")
-        self._say(f"trial {number} pruned at step {active.reported} ({self.metric} {active.last:.4g})")
+        self.say(f"trial {number} pruned at step {active.reported} ({self.metric} {active.last:.4g})")
 
     def _finish(self, number: int, active: Active, state: str) -> None:
         if state == "finished" and active.last is not None:
             self._tell(number, active, "COMPLETE", value=active.last, outcome="finished")
             best = self.study.best_trial
-            self._say(f"trial {number} finished: {self.metric} {active.last:.4g} (best: trial {best.number}, "
+            self.say(f"trial {number} finished: {self.metric} {active.last:.4g} (best: trial {best.number}, "
                       f"{best.value:.4g})")
             return
         if state == "finished":
@@ -393,7 +399,7 @@ class Sweep:
             failure = active.run.exception() if state == "failed" else None
             why = f"{failure.type}: {failure.message}" if failure is not None else state
             self._tell(number, active, "FAIL", outcome=state, error=why)
-        self._say(f"trial {number} {state}: {why}")
+        self.say(f"trial {number} {state}: {why}")
 
     def _tell(self, number: int, active: Active, state: str, value: float | None = None, **attrs: Any) -> None:
         run = active.run
@@ -408,7 +414,9 @@ class Sweep:
         self.study.tell(active.trial, value, state=state_named(state), skip_if_finished=True)
         self.active.pop(number, None)
 
-    def _say(self, line: str) -> None:
+    def say(self, line: str) -> None:
+        """Record one event line (`events`) and hand it to `on_event`: the driver, the SLURM array and
+        a resume say what happens to the trials through it."""
         self.events.append(line)
         if self.on_event is not None:
             self.on_event(line)
@@ -417,7 +425,7 @@ class Sweep:
     def frame(self) -> pd.DataFrame:
         """One row per trial: number, state, the swept fields, the metric's best and last value,
         steps, seconds, start latency and the run folder."""
-        from workbench.launch.sweepviews import trial_frame
+        from workbench.sweeps.views import trial_frame
 
         return trial_frame(self)
 
@@ -441,7 +449,7 @@ class Sweep:
     def plot(self, **options: Any) -> Any:
         """The metric against each swept field, and every trial's curve by samples seen (pruned ones
         faint): a matplotlib Figure."""
-        from workbench.results.sweepplot import plot_sweep
+        from workbench.sweeps.plot import plot_sweep
 
         return plot_sweep(self.frame(), self.curves(), self.metric, self.space, **options)
 
@@ -462,7 +470,7 @@ class Sweep:
         trials whose runs still run are followed again, those whose run never started or died with
         the old driver are queued again with the same values, and the sweep goes on to its number of
         trials; finished and pruned trials are not repeated."""
-        from workbench.launch.sweepviews import open_sweep, reattach
+        from workbench.sweeps.views import open_sweep, reattach
 
         sweep = open_sweep(cls, SweepDir(Path(folder)), pool, sampler, pruner, stop_with_caller, on_event)
         sweep.script = SweptScript.from_json((sweep.dir.read_meta() or {}).get("script"))

@@ -1,5 +1,5 @@
 """A sweep read back: its trial table, reopening its folder (Sweep.load), following its trials again
-after the driver was gone, and its row in workbench.sweeps()."""
+after the driver was gone, and its row in list_sweeps()."""
 
 from __future__ import annotations
 
@@ -11,15 +11,15 @@ from typing import TYPE_CHECKING, Any
 
 from workbench.config.sections import JobConfig
 from workbench.errors import RunFolderError, SubmitError
-from workbench.launch import sweepspace as sp
 from workbench.launch.run import Run
 from workbench.proctree import Proc
 from workbench.runfolder.layout import SweepDir, sweeps_under
+from workbench.sweeps import space as sp
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from workbench.launch.sweep import Sweep
+    from workbench.sweeps.driver import Sweep
 
 @dataclass
 class Active:
@@ -81,13 +81,14 @@ def _row(sweep: Sweep, t: Any, metric: str) -> dict[str, Any]:
 
 def open_sweep(cls: type[Sweep], folder: SweepDir, pool: Any, sampler: Any, pruner: Any, stop_with_caller: bool,
                on_event: Any) -> Sweep:
-    from workbench.launch.sweepstudy import SAMPLERS, make_pruner, make_sampler, optuna_module, read_work, storage
+    from workbench.sweeps.study import SAMPLERS, make_pruner, make_sampler, optuna_module, read_work, storage
 
     meta = folder.read_meta() if folder.root.is_dir() else None
     if meta is None or "space" not in meta:
         why = "no such folder" if not folder.root.is_dir() else "no sweep.json"
         raise RunFolderError(f"{folder.root}: not a sweep folder ({why}); give the folder workbench.sweep printed, "
-                             "e.g. runs/sweep-quickstart-20250101-120000-000 (workbench.sweeps() lists them)")
+                             "e.g. runs/sweep-quickstart-20250101-120000-000 (workbench.sweeps.list_sweeps() lists "
+                             "them)")
     optuna = optuna_module()
     space = sp.space_from_json(meta["space"])
     named = meta.get("sampler") if meta.get("sampler") in SAMPLERS else None
@@ -124,7 +125,7 @@ def reattach(sweep: Sweep) -> None:
              and t.number not in (meta.get("requeued") or [])]
     for t in again:  # cancelled with the sweep (Ctrl-C, sweep.cancel()): their values run again
         sweep.study.enqueue_trial(dict(t.params), skip_if_exists=False)
-        sweep._say(f"trial {t.number} queued again: it was cancelled with the sweep")
+        sweep.say(f"trial {t.number} queued again: it was cancelled with the sweep")
     sweep.dir.update_meta(finished=None, cancelled=None,
                           requeued=[*(meta.get("requeued") or []), *(t.number for t in again)])
     for t in sweep.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
@@ -144,12 +145,12 @@ def reattach(sweep: Sweep) -> None:
             last = max(t.intermediate_values, default=-1)
             sweep.active[t.number] = Active(trial, run, float(t.user_attrs.get("submitted") or time.time()),
                                              reported=last, last=t.intermediate_values.get(last))
-            sweep._say(f"trial {t.number} followed again ({state}): {run_dir}")
+            sweep.say(f"trial {t.number} followed again ({state}): {run_dir}")
             continue
         trial.set_user_attr("outcome", "requeued")
         sweep.study.tell(trial, state=state_named("FAIL"))
         sweep.study.enqueue_trial(dict(t.params), skip_if_exists=False)
-        sweep._say(f"trial {t.number} queued again: its run {state} with the old driver")
+        sweep.say(f"trial {t.number} queued again: its run {state} with the old driver")
 
 
 def _loaded(run_dir: str | None) -> Run | None:
@@ -169,7 +170,7 @@ def sweep_row(folder: SweepDir) -> dict[str, Any]:
     try:
         import optuna
 
-        from workbench.launch.sweepstudy import optuna_module, storage
+        from workbench.sweeps.study import optuna_module, storage
 
         optuna_module()
         study = optuna.load_study(study_name="sweep", storage=storage(folder))
@@ -215,7 +216,7 @@ def missing_metric(run: Run, metric: str) -> str:
             f"of them, or log {metric} with workbench.log(step=..., {metric}=value)")
 
 
-def sweeps(root: str | os.PathLike[str] | None = None) -> pd.DataFrame:
+def list_sweeps(root: str | os.PathLike[str] | None = None) -> pd.DataFrame:
     """One row per sweep folder under `root` (default: WORKBENCH_RUN_ROOT or runs/): name, folder,
     created, metric, direction, trials done of planned, best value and trial, driver alive."""
     import pandas as pd

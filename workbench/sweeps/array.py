@@ -33,14 +33,14 @@ from typing import TYPE_CHECKING, Any
 
 from workbench.config.sections import JobConfig
 from workbench.errors import SubmitError
-from workbench.launch import sweepspace as sp
 from workbench.launch.executors import SlurmJob, slurm_array_executor, slurm_failure, slurm_shape
 from workbench.runfolder.layout import RunDir, SweepDir, write_json_atomic
 from workbench.runfolder.private import private_umask
+from workbench.sweeps import space as sp
 
 if TYPE_CHECKING:
     from workbench.launch.run import Run
-    from workbench.launch.sweep import Sweep
+    from workbench.sweeps.driver import Sweep
 
 REPLAN_EVERY_S = 15.0
 """How often the driver compares the work left with the elements still queued (one squeue)."""
@@ -108,7 +108,7 @@ class SlurmArrays:
             live = live_elements([r["job_id"] for r in records]) if records else set()
         except SubmitError as exc:  # SLURM does not answer now: elements that wait are still answered
             if str(exc) != self.unanswered:
-                self.sweep._say(f"{exc} (read again every {REPLAN_EVERY_S:.0f} s)")
+                self.sweep.say(f"{exc} (read again every {REPLAN_EVERY_S:.0f} s)")
             self.unanswered = str(exc)
             return
         self.unanswered = None
@@ -136,7 +136,7 @@ class SlurmArrays:
         return {shape_key(cfg): (cfg, left)} if left > 0 else {}
 
     def _counted(self) -> list[Any]:
-        from workbench.launch.sweepviews import counted
+        from workbench.sweeps.views import counted
 
         return [t for t in self.sweep.study.get_trials(deepcopy=False) if counted(t)]
 
@@ -157,7 +157,7 @@ class SlurmArrays:
         job_id = str(jobs[0].job_id).split("_", 1)[0]
         self.dir.update_meta(arrays=[*self.records(), {"job_id": job_id, "size": size, "shape": key,
                                                        "after": list(after), "submitted": time.time()}])
-        sweep._say(f"SLURM job array {job_id}_[0-{size - 1}%{min(size, sweep.parallel)}] submitted: {size} "
+        sweep.say(f"SLURM job array {job_id}_[0-{size - 1}%{min(size, sweep.parallel)}] submitted: {size} "
                    f"elements, {sweep.parallel} at once" + (f", after {', '.join(after)}" if after else ""))
         return job_id
 
@@ -187,7 +187,7 @@ class SlurmArrays:
                     f"scancel {' '.join(ids)} once SLURM answers")
             if strict:
                 raise SubmitError(said) from None
-            return self.sweep._say(said)
+            return self.sweep.say(said)
         released = {r["job_id"] for r in records}
         self.dir.update_meta(arrays=[{**r, "released": time.time()} if r["job_id"] in released else r
                                      for r in self.records()])
@@ -197,12 +197,12 @@ class SlurmArrays:
         """Answer element `job_id`: the run folder of a trial of its shape, or nothing."""
         record = next((r for r in self.records() if job_id.split("_", 1)[0] == r["job_id"]), None)
         sweep = self.sweep
-        if record is None or sweep.cancelled or sweep._stop.is_set() or not sweep._can_ask():
+        if record is None or not sweep.wants_trial():
             return self.answer(job_id, None, "nothing left to run")
         claimed = self._claim(record["shape"])
         if claimed is None:
             return self.answer(job_id, None, "no trial of this element's resources is left")
-        sweep._start_trial(claimed, launcher=Element(self, job_id))
+        sweep.start_trial(claimed, launcher=Element(self, job_id))
         if not self.dir.element(job_id, "bound").exists():  # its run could not start (said as the trial's)
             self.answer(job_id, None, "its trial could not start")
 
