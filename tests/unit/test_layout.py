@@ -256,3 +256,31 @@ def test_the_path_check_passes_paths_that_are_not_the_run_folders():
           'path.with_name(f".{path.name}.tmp-{pid}")', 'run.pool_log(number, rank, "out")']
     assert [s for s in ok if hand_built_paths(s)] == []
 
+
+OWNERS = {"TERMINAL": "launch/status.py", "ENDED_RANK_STATES": "runfolder/rankstate.py",
+          "effective_batch": "config/scaling.py"}
+"""Facts with one owner: the module that defines them (a constant, or the effective batch's formula)."""
+
+
+def _defines(tree: ast.AST, name: str) -> bool:
+    """`name = ...` at module level, `def name`, or (for the effective batch) the formula written out:
+    micro_batch_size * grad_accum_steps."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            return True
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            return True
+        if name == "effective_batch" and isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+            text = ast.unparse(node)
+            if "micro_batch_size" in text and "grad_accum_steps" in text:
+                return True
+    return False
+
+
+@pytest.mark.parametrize("name", sorted(OWNERS))
+def test_a_fact_has_one_owner(name):
+    """A run's terminal states, the ranks' ended states and the effective batch are written once;
+    everything else imports them (two answers for one fact is what users see)."""
+    found = sorted(p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")
+                   if _defines(ast.parse(p.read_text()), name))
+    assert found == [OWNERS[name]], f"{name} is defined in {found}; only {OWNERS[name]} should"

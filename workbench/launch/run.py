@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from workbench.config.scaling import effective_batch
 from workbench.config.sections import DistConfig, JobConfig
 from workbench.config.types import shown
 from workbench.errors import ConfigError, RunFailed, RunFolderError, SubmitError
@@ -24,7 +25,7 @@ from workbench.runfolder.causes import RankFailure, cause_of, from_record, stopp
 from workbench.runfolder.events import EventSummary
 from workbench.runfolder.failures import controller_failure, last_traceback, write_controller_failure
 from workbench.runfolder.layout import RunDir, read_json
-from workbench.runfolder.rankstate import is_lost, lost_message
+from workbench.runfolder.rankstate import ENDED_RANK_STATES, is_lost, lost_message
 from workbench.runfolder.reader import MultiTail, RankFrames
 from workbench.runfolder.records import ERROR, EVENT, read_object, warn_damaged
 
@@ -47,8 +48,6 @@ MAX_WORLD_SIZE = 1 << 16
 SCHEDULER_RETRY_S = 10.0
 """While SLURM cannot be asked about a run's job (its controller or accounting does not answer),
 a live view (Run.wait, the dashboard) asks it again this often."""
-ENDED_RANK_STATES = ("finished", "failed", "aborted", "interrupted", "lost")
-"""A rank in one of these states will write nothing more in this job (requeued and restarting ranks will)."""
 
 
 class Run:
@@ -286,7 +285,7 @@ class Run:
             t = self.config.train
         except (OSError, ValueError):
             return None
-        return t.micro_batch_size * t.grad_accum_steps * self.world_size
+        return effective_batch(t.micro_batch_size, t.grad_accum_steps, self.world_size)
 
     def events(self) -> pd.DataFrame:
         from workbench.runfolder.reader import to_frame

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 TERMINAL = ("finished", "failed", "cancelled")
+"""A run's states once it ended: the one list (RunStatus.done, the runs table's kept rows)."""
 RATE_WINDOW_S = 30.0
 """The step rate (and so the ETA) is measured over this much of the latest logged time."""
 RATE_MIN_RECORDS = 6

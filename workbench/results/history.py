@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
 from workbench.config.sections import flatten
+from workbench.launch.status import TERMINAL
 from workbench.runfolder.layout import RunDir, run_folders_in
 
 if TYPE_CHECKING:
@@ -33,7 +34,9 @@ WHOLE = ("world_size", "effective_batch", "steps", "total_steps")
 """Columns of whole numbers: integers (pandas' Int64, missing shown as <NA>), never floats."""
 LR_NAMES = ("lr", "learning_rate", "train/learning_rate", "lr-SGD", "lr-Adam", "lr-AdamW")
 """The learning rate, by the names jobs log it under (engine, Hugging Face, Lightning's LearningRateMonitor)."""
-TERMINAL = ("finished", "failed", "cancelled", "pruned")
+ENDED_ROW = (*TERMINAL, "pruned")
+"""A row's status once its run ended (its row is kept): a run's terminal states (launch.status owns
+them), and "pruned", the row's word for a run a sweep's pruner cancelled."""
 _ROWS: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
 """folder -> (its files' sizes and times, its row): an ended run's row, kept in this process too."""
 
@@ -103,9 +106,9 @@ def cached_row(folder: Path) -> dict[str, Any]:
     row = _row_from_file(folder, signature)
     if row is None:
         row = run_row(folder)
-        if row.get("status") in TERMINAL:
+        if row.get("status") in ENDED_ROW:
             _write_row(folder, signature, row)
-    if row.get("status") in TERMINAL:
+    if row.get("status") in ENDED_ROW:
         _ROWS[key] = (signature, dict(row))
     return row
 
@@ -128,7 +131,7 @@ def _row_from_file(folder: Path, signature: tuple[Any, ...]) -> dict[str, Any] |
             not all(isinstance(entry, list) for entry in kept):
         warn_damaged(path, [(0, "not a run row (version, signature, row)")], once_key=(str(path), *_stat_of(path)))
         return None
-    if tuple(tuple(entry) for entry in kept) != signature or row.get("status") not in TERMINAL:
+    if tuple(tuple(entry) for entry in kept) != signature or row.get("status") not in ENDED_ROW:
         return None  # written for other files: the run went on, or was resumed
     return {**row, "folder": str(folder), "name": folder.name}  # the folder may have been moved or copied
 

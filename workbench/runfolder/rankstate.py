@@ -32,6 +32,8 @@ RANK_STATES: dict[str, str] = {
 
 ACTIVE = ("starting", "running")
 """States of a rank whose process should be alive and beating."""
+ENDED_RANK_STATES = ("finished", "failed", "aborted", "interrupted", "lost")
+"""A rank in one of these states will write nothing more in this job (requeued and restarting ranks will)."""
 
 
 def liveness(state: str, heartbeat_age_s: float | None, lost_after_s: float) -> str:

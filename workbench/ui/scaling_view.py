@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as w
 import pandas as pd
 
-from workbench.config.scaling import RULES, parse_world_sizes, scaling_table
+from workbench.config.scaling import RULES, effective_batch, parse_world_sizes, scaling_table
 from workbench.errors import ConfigError
 from workbench.ui.tables import header_cell, scrolling
 
@@ -144,7 +144,7 @@ def accumulation_note(cfg: JobConfig) -> str:
     t = cfg.train
     if t.grad_accum_steps <= 1:
         return ""
-    batch = t.micro_batch_size * t.grad_accum_steps * cfg.world_size
+    batch = effective_batch(t.micro_batch_size, t.grad_accum_steps, cfg.world_size)
     return (f"<div class='wb-accum-note' style='color:var(--jp-ui-font-color1,#222);border-left:3px solid "
             f"#f57c00;padding:0 6px;margin-top:4px;line-height:1.4'>grad_accum_steps = {t.grad_accum_steps} "
             f"multiplies the effective batch by {t.grad_accum_steps} ({t.micro_batch_size} × {t.grad_accum_steps} × "
