@@ -44,9 +44,19 @@ def test_cli_launch_passes_script_arguments(tmp_path):
     assert "finished (step 5; ranks 0:finished@5, 1:finished@5)" in proc.stdout  # --steps 5 reached the script
 
 
-def test_log_outside_a_workbench_run_does_nothing(monkeypatch):
-    monkeypatch.delenv("WORKBENCH_RUN_DIR", raising=False)
-    workbench.log(step=1, loss=0.5)  # no error, nothing written
+def test_log_outside_a_workbench_run_does_nothing(monkeypatch, tmp_path, capsys, recwarn):
+    """A script run without workbench (plain python or torchrun) may call workbench.log: no error, no
+    warning, no output, nothing written (no metrics file opened, not in the working folder either)."""
+    from workbench.engine import script
+
+    monkeypatch.delenv(script.RUN_DIR_ENV, raising=False)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.chdir(tmp_path)
+    writer = script._writer
+    assert workbench.log(step=1, loss=0.5) is None
+    assert script._writer is writer, "a metrics writer was opened outside a run"
+    assert list(tmp_path.rglob("*")) == []
+    assert capsys.readouterr() == ("", "") and len(recwarn) == 0
 
 
 def test_export_torchrun_and_sbatch(tmp_path, capsys):
