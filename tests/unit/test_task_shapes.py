@@ -33,3 +33,18 @@ def test_an_output_without_a_loss_says_how_to_fix_it():
     with pytest.raises(TypeError, match="holds no loss"):
         model_loss((torch.zeros(2, 3), torch.zeros(2)))
 
+
+
+@pytest.mark.parametrize("d_model", [32, 768])
+def test_the_builtin_charlm_starts_near_log_vocab_at_any_width(d_model):
+    """Its head is tied to the embedding: an N(0, 1) embedding made the first loss grow with the width (191 at
+    GPT-2 small's 768, and bf16 training on a GPU diverged from there)."""
+    import math
+
+    from workbench.engine.builtin_tasks import char_lm, lm_loss
+
+    torch.manual_seed(0)
+    task = char_lm(block_size=16, d_model=d_model, n_head=4, n_layer=1)
+    x, y = next(iter(torch.utils.data.DataLoader(task.train_dataset, batch_size=8)))
+    vocab = task.model.tok.num_embeddings
+    assert abs(lm_loss(task.model(x), y).item() - math.log(vocab)) < 1.0
