@@ -12,6 +12,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -283,3 +284,70 @@ def test_a_full_disk_under_the_cli_is_one_line_and_exit_2(tmp_path, small_disk):
     assert "disk full" in lines[0] and "checkpoints/step-" in lines[0] and "free some space" in lines[0]
     assert_nothing_left(_folder(proc.stdout))
 
+
+
+def test_a_script_that_never_logs_a_step_is_named_hung_after_the_limit_the_user_set(tmp_path):
+    """No workbench.log, so no step: the limit before the first step used to be at least 300 s whatever
+    `dist.stall_after_s` said (the run was named 302 s after the hang with 20 s set).  The user's number holds."""
+    proc = _launch(tmp_path, "hang-unlogged", "1", extra=("--set", "dist.stall_after_s=3"))
+    out, err = proc.communicate(timeout=150)  # the automatic limit would still be waiting: 300 s
+    run = workbench.Run.load(_folder(out))
+    failure = run.exception()
+    assert proc.returncode == 1 and (failure.rank, failure.type) == (1, "Hung"), failure.summary()
+    assert failure.where.endswith("in loss_fn") and "rank 0 waits for it in a collective" in failure.message
+    assert_nothing_left(run.folder)
+
+
+SUBMITTING_FILE = '''
+import json, os, sys, time
+
+import workbench
+from workbench.engine.builtin_tasks import synthetic_classification
+
+
+def stuck_task(**options):  # defined in the submitting file, as in a notebook cell: it travels by value
+    task = synthetic_classification(**options)
+    base, calls = task.loss_fn, {"n": 0}
+
+    def stuck_loss(output, target):
+        if task.model.training and os.environ["RANK"] == "1":
+            calls["n"] += 1
+            if calls["n"] == 8:
+                time.sleep(3600)
+        return base(output, target)
+
+    task.loss_fn = stuck_loss
+    return task
+
+
+cfg = workbench.JobConfig.from_dict({
+    "task": {"options": {"n_train": 2048, "n_val": 64}},
+    "train": {"micro_batch_size": 16, "max_steps": 5000, "checkpoint_every_steps": None},
+    "dist": {"procs_per_node": 2, "threads_per_rank": 1, "stall_after_s": 3, "timeout_s": 600,
+             "measure_comm": sys.argv[2] == "on"},
+    "launch": {"run_root": sys.argv[1]},
+})
+run = workbench.submit(cfg, task=stuck_task)
+status = run.wait(timeout=150)
+failure = run.exception()
+print(json.dumps({"folder": str(run.folder), "state": status.state, "rank": failure and failure.rank,
+                  "type": failure and failure.type, "where": failure and failure.where,
+                  "message": failure and failure.message}))
+'''
+
+
+@pytest.mark.parametrize("comm_timing", ["on", "off"])
+def test_a_factory_from_the_submitting_file_names_its_hung_rank_on_the_default_engine_path(tmp_path, comm_timing):
+    """`workbench.submit(cfg, task=factory)`, the default path: with comm timing on (the default) rank 0 waits in
+    the engine's own comm hook, which by file looked like workbench code, so the hung rank was never named and
+    the run failed minutes later at dist.timeout_s blaming rank 0.  Off, DDP's reducer waits (torch's files)."""
+    script = tmp_path / "submit_it.py"
+    script.write_text(SUBMITTING_FILE)
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "runs"), comm_timing], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = json.loads(done.stdout.strip().splitlines()[-1])
+    assert said["state"] == "failed" and (said["rank"], said["type"]) == (1, "Hung"), said  # long before timeout_s
+    assert "submit_it.py:" in said["where"] and said["where"].endswith("in stuck_loss"), said
+    assert "rank 0 waits for it in a collective" in said["message"], said
+    assert_nothing_left(Path(said["folder"]))

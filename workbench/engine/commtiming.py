@@ -15,6 +15,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
+from workbench.engine.hang import in_collective
+
 INNER: dict[str, Callable[..., Any]] = {
     "none": default_hooks.allreduce_hook,
     "fp16": default_hooks.fp16_compress_hook,
@@ -55,7 +57,8 @@ def timed_allreduce(timer: CommTimer, bucket: dist.GradBucket) -> torch.futures.
     tensor.div_(group.size())
     work = group.allreduce([tensor])
     if bucket.is_last() and not tensor.is_cuda:
-        work.wait()
+        with in_collective("all_reduce (gradients)"):
+            work.wait()
     return work.get_future().then(done)
 
 

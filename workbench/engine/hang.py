@@ -2,25 +2,30 @@
 
 A rank whose loop has made no progress (no finished step, no output) for the stall limit is
 looked at where its main thread is: inside a collective (torch.distributed, DDP's reducer at the end
-of backward, autograd waiting on it) it is *waiting*; anywhere else it is *stuck* there, at its
+of backward, autograd waiting on it, or a wait the engine marked with `in_collective`: its comm hook's
+and its loss reduce's waits are C calls made from workbench's own code, which no file path tells from
+a rank stuck in that code) it is *waiting*; anywhere else it is *stuck* there, at its
 innermost frame of the user's code.  A stuck rank whose peers wait in a collective is the hung one:
 it is named with that frame, and (``dist.on_hang: fail``) the run ends with it as the cause, instead
 of every rank failing at the collective's timeout minutes later in the words of a broken
 connection.
 
-The stall limit, unless ``dist.stall_after_s`` fixes it, comes from the job's own pace: STEP_FACTOR
-times the longest gap between two steps seen so far, at least STALL_FLOOR_S; before the first step
-(imports, data download, compilation) STARTUP_STALL_S, which is also the least a rank is stuck
-before its first step to be named hung.  The innermost frame of the user's code is the innermost
-outside the standard library, installed packages (site-packages) and the workbench; failing that,
-the innermost outside the standard library, torch and the workbench."""
+The stall limit, unless ``dist.stall_after_s`` fixes it (then it holds from the start, before the
+first step too), comes from the job's own pace: STEP_FACTOR times the longest gap between two steps
+seen so far, at least STALL_FLOOR_S; before the first step (imports, data download, compilation)
+STARTUP_STALL_S, which is also the least a rank is stuck before its first step to be named hung.
+The innermost frame of the user's code is the innermost outside the standard library, installed
+packages (site-packages) and the workbench; failing that, the innermost outside the standard
+library, torch and the workbench."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import sysconfig
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from types import FrameType
 
@@ -35,6 +40,21 @@ COLLECTIVE_CODE = (os.sep + os.path.join("torch", "distributed") + os.sep,
 gradient all-reduce at the end of backward), autograd's backward."""
 _STDLIB = tuple({os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "platstdlib")})
 _WORKBENCH = os.path.dirname(os.path.dirname(os.path.realpath(__file__))) + os.sep
+
+
+_waiting_in: str | None = None
+"""The collective the main thread waits in, where the engine marked the wait (in_collective)."""
+
+
+@contextlib.contextmanager
+def in_collective(what: str) -> Iterator[None]:
+    """Mark the block as a wait for the other ranks (read from the heartbeat thread by where_is)."""
+    global _waiting_in
+    outer, _waiting_in = _waiting_in, what
+    try:
+        yield
+    finally:
+        _waiting_in = outer
 
 
 @dataclass
@@ -68,8 +88,11 @@ class StallLimit:
     @property
     def naming_seconds(self) -> float:
         """How long a rank must be stuck to be named hung: the limit, and before its first step
-        (imports, compilation, a download while the others wait at a barrier) at least STARTUP_STALL_S."""
-        return self.seconds if self._last_step is not None else max(self.seconds, STARTUP_STALL_S)
+        (imports, compilation, a download while the others wait at a barrier) at least STARTUP_STALL_S,
+        unless the user fixed the limit: a number they set is the limit."""
+        if self.fixed_s or self._last_step is not None:
+            return self.seconds
+        return max(self.seconds, STARTUP_STALL_S)
 
     @property
     def seconds(self) -> float:
@@ -87,7 +110,7 @@ def main_frame() -> FrameType | None:
 
 def where_is(frame: FrameType | None) -> tuple[bool, str]:
     """(waiting in a collective, innermost frame of the user's code as "file:line in function")."""
-    waiting, user, library = None, "", ""
+    waiting, user, library = (True if _waiting_in is not None else None), "", ""
     while frame is not None and not user:
         name = os.path.realpath(frame.f_code.co_filename)
         if waiting is None and not _stdlib(name, frame.f_code.co_filename):

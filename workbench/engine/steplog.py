@@ -29,6 +29,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from workbench.engine.hang import in_collective
 from workbench.engine.monitor import RankMonitor
 
 REDUCE_EVERY_S = 0.25
@@ -114,8 +115,9 @@ class StepLogger:
         pending = self._pending
         if pending is None:
             return self._stop_seen
-        pending.handle.wait()  # not under the lock: a failure path may write the records meanwhile
-        values = pending.reduced.tolist()  # a host sync point on GPU: one per reduce
+        with in_collective("all_reduce (loss)"):
+            pending.handle.wait()  # not under the lock: a failure path may write the records meanwhile
+            values = pending.reduced.tolist()  # a host sync point on GPU: one per reduce
         with self._lock:
             if self._pending is pending:
                 self._pending = None

@@ -2,6 +2,7 @@
 
     faults.py raise RANK       RANK raises ValueError in its loss after a few steps ("both": every rank)
     faults.py hang RANK        RANK hangs in its loss (in Python, its threads alive) after a few steps
+    faults.py hang-unlogged RANK   the same, in a script that never calls workbench.log: it has no step
     faults.py print GATE       rank 0 prints to stdout and stderr in turn, then "ready", all without flush,
                                then waits until the file GATE exists
     faults.py train STEPS      trains STEPS steps, logging each (workbench.log)
@@ -24,7 +25,7 @@ model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
 def loss_fn(output, step):
     if mode == "raise" and step == 5 and arg in (str(rank), "both"):
         raise ValueError(f"injected failure on rank {rank}")
-    if mode == "hang" and step == 5 and arg == str(rank):
+    if mode.startswith("hang") and step == 5 and arg == str(rank):
         while True:  # a bug that never returns: the other ranks wait in the gradient all-reduce
             time.sleep(0.05)
     return output.sum()
@@ -46,6 +47,7 @@ else:
     for step in range(1, steps + 1):
         loss = loss_fn(model(torch.randn(4, 8)), step)
         loss.backward()
-        workbench.log(step=step, loss=loss.item())
+        if mode != "hang-unlogged":
+            workbench.log(step=step, loss=loss.item())
         time.sleep(0.02)
 dist.destroy_process_group()
