@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -47,6 +48,7 @@ from typing import Any
 
 import workbench
 from workbench.config import JobConfig
+from workbench.proctree import Proc, end
 
 HAND_LOOP = Path(__file__).with_name("hand_ddp_loop.py")
 TASK = {"n_train": 65536, "n_val": 64, "dim": 256, "hidden": 1024, "classes": 16}
@@ -178,21 +180,43 @@ def rate(window: list[float]) -> float:
 
 
 def hand(root: Path, steps: int, warmup: int, extra: list[str]) -> list[float]:
+    found = hand_loop(root, ["--steps", str(steps), "--batch", str(BATCH), "--clip", str(CLIP),
+                             *(f"--{k.replace('_', '-')}={v}" for k, v in TASK.items()), *extra])
+    assert found["threads"] == 1, found
+    return steady(found["times"], warmup)
+
+
+def hand_loop(root: Path, args: list[str], nproc: int = RANKS, timeout: float = 1200) -> dict[str, Any]:
+    """`torchrun --standalone` running hand_ddp_loop.py with `args`: what its rank 0 wrote (the
+    end-of-step wall times, ...).  1 thread per rank (torchrun's OMP_NUM_THREADS=1)."""
     out = root / f"hand-{time.time_ns()}.json"
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}  # torchrun sets it to 1
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(HAND_LOOP),
-           "--out", str(out), "--steps", str(steps), "--batch", str(BATCH), "--clip", str(CLIP),
-           *(f"--{k.replace('_', '-')}={v}" for k, v in TASK.items()), *extra]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", str(HAND_LOOP),
+           "--out", str(out), *args]
     for attempt in (1, 2):  # torchrun's standalone rendezvous fails now and then on a busy machine
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)
+        done = run_group(cmd, timeout, env=env)
         if done.returncode == 0:
             break
         print(f"    torchrun failed (attempt {attempt}): {done.stderr.strip().splitlines()[-1:]}", flush=True)
     else:
         raise RuntimeError(f"torchrun failed twice; its last output:\n{done.stderr[-3000:]}")
-    found = json.loads(out.read_text())
-    assert found["threads"] == 1, found
-    return steady(found["times"], warmup)
+    return json.loads(out.read_text())
+
+
+def run_group(cmd: list[str], timeout: float, first: int = signal.SIGTERM, **popen: Any) -> subprocess.CompletedProcess:
+    """subprocess.run(cmd, capture_output=True, text=True) in a session of its own, so that a command
+    still running after `timeout` s is ended with everything it started (`first`, then SIGKILL), not
+    only its own process (subprocess.run's kill would leave torchrun's ranks training); then
+    TimeoutExpired, with the output it had written."""
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                          **popen) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            end([Proc(proc.pid, pgid=proc.pid)], first=first)
+            out, err = proc.communicate()
+            raise subprocess.TimeoutExpired(cmd, timeout, out, err) from None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def config(root: Path, steps: int) -> JobConfig:
@@ -216,13 +240,23 @@ def engine(root: Path, steps: int, warmup: int, code: str | None = None) -> list
     finally:
         if code:
             os.environ.pop("PYTHONPATH") if saved is None else os.environ.update(PYTHONPATH=saved)
-    status = run.wait(timeout=1200)
+    return steady(step_times(run, steps), warmup)
+
+
+def step_times(run: workbench.Run, steps: int, timeout: float = 1200) -> list[float]:
+    """Rank 0's end-of-step wall times of a run logging every step, once it has finished; a run
+    still going after `timeout` s is cancelled (TimeoutError), one that ended otherwise raises."""
+    try:
+        status = run.wait(timeout=timeout)
+    except TimeoutError:
+        run.cancel(by="the bench: out of time")
+        raise
     if status.state != "finished":
-        raise RuntimeError(f"engine run {run.folder} ended {status.state}")
+        raise RuntimeError(f"engine run {run.folder} ended {status.state}: {run.exception()}")
     frame = run.metrics()
     times = frame[frame["rank"] == 0].sort_values("step")["time"].tolist()
     assert len(times) == steps, (len(times), steps)
-    return steady(times, warmup)
+    return times
 
 
 # --- rounds ------------------------------------------------------------------------------------------
