@@ -295,6 +295,8 @@ def test_a_script_that_never_logs_a_step_is_named_hung_after_the_limit_the_user_
     failure = run.exception()
     assert proc.returncode == 1 and (failure.rank, failure.type) == (1, "Hung"), failure.summary()
     assert failure.where.endswith("in loss_fn") and "rank 0 waits for it in a collective" in failure.message
+    assert "ranks 0:aborted, 1:hung)" in out and "lost" not in out + err, out  # what was named, not "lost"
+    assert [r.state for r in run.status().ranks] == ["aborted", "hung"]
     assert_nothing_left(run.folder)
 
 

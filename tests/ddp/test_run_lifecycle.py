@@ -93,6 +93,7 @@ def test_a_stopped_rank_is_named_lost_and_killed_with_the_run(tmp_path):
     assert status.state == "failed"
     failure = run.exception()
     assert failure.rank == 1 and failure.type == "Lost" and "no heartbeat" in failure.message
+    assert "stopped or hung" in failure.message, failure.message  # what SIGSTOP is, among the causes offered
     steps = metric_steps(run)
     assert steps[0] == list(range(1, len(steps[0]) + 1)), "metrics logged before the hang are kept"
     assert checkpoint_steps(run.folder)[-1] >= 10

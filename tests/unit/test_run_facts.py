@@ -67,7 +67,8 @@ def test_silent_then_lost_by_one_rule_and_one_message(tmp_path):
     monitor._watch_neighbour()
     monitor.close()
     written = Run(run.root).exception(status)
-    pattern = r"rank 1 sent no heartbeat for \d+ s \(killed by a signal, out of memory, or its node failed\)"
+    pattern = (r"rank 1 sent no heartbeat for \d+ s "
+               r"\(stopped or hung, killed by a signal, out of memory, or its node failed\)")
     assert re.fullmatch(pattern, seen_from_outside.message)
     assert re.fullmatch(pattern + "; noticed by rank 0", written.message)
 

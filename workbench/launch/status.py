@@ -144,7 +144,10 @@ def rank_statuses(run: RunDir, world_size: int, job_done: bool, logged: dict[int
         state = data["state"]
         live = liveness(state, age, lost_after_s)
         if state in ACTIVE and (job_done or live == "lost"):
-            state = "lost"  # never said how it ended: killed, out of memory, or frozen past lost_after_s
+            # never said how it ended: killed, out of memory, or frozen past lost_after_s; or named hung by
+            # its own heartbeat (the error record says so) and then stopped by its agent
+            error = run.read_error(rank)
+            state = "hung" if isinstance(error, dict) and error.get("type") == "Hung" else "lost"
         step = max(data.get("step", 0), logged.get(rank, 0))
         out.append(RankStatus(rank, state, step, round(age, 2), data.get("host", ""), data.get("pid"),
                               data.get("attempt", 0), live == "silent",

@@ -26,13 +26,16 @@ RANK_STATES: dict[str, str] = {
     "requeued": "checkpointed after a preemption or time-limit signal; waits for the scheduler to restart it",
     "restarting": "its attempt failed (launch.max_restarts): waits for every rank to start again from the "
                   "latest checkpoint",
-    "lost": "stopped without a word: killed by a signal, out of memory, or its node failed",
+    "lost": "no heartbeat, no word: stopped (SIGSTOP) or frozen with all its threads, killed by a signal, out of "
+            "memory, or its node failed",
+    "hung": "named hung: it made no progress for the stall limit while the others waited for it in a collective "
+            "(dist.stall_after_s); then stopped",
 }
 """Every state a rank can be in, with what it means."""
 
 ACTIVE = ("starting", "running")
 """States of a rank whose process should be alive and beating."""
-ENDED_RANK_STATES = ("finished", "failed", "aborted", "interrupted", "lost")
+ENDED_RANK_STATES = ("finished", "failed", "aborted", "interrupted", "lost", "hung")
 """A rank in one of these states will write nothing more in this job (requeued and restarting ranks will)."""
 
 
@@ -55,7 +58,7 @@ def lost_message(rank: int, silent_s: float | None = None, noticed_by: int | Non
     """Why a rank is called lost: one sentence, the same from the ranks' watcher and from a reader."""
     how = f"sent no heartbeat for {silent_s:.0f} s" if silent_s is not None else "ended without reporting"
     who = f"; noticed by rank {noticed_by}" if noticed_by is not None else ""
-    return f"rank {rank} {how} (killed by a signal, out of memory, or its node failed){who}"
+    return f"rank {rank} {how} (stopped or hung, killed by a signal, out of memory, or its node failed){who}"
 
 
 def killed_message(rank: int, signal_name: str) -> str:

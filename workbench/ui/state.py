@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 BADGE_COLOURS = {
     "pending": "#757575", "starting": "#0277bd", "running": "#1565c0", "finished": "#2e7d32",
     "failed": "#c62828", "aborted": "#ad5700", "interrupted": "#ad5700", "requeued": "#6a1b9a",
-    "lost": "#4a148c", "restarting": "#6a1b9a",
+    "lost": "#4a148c", "hung": "#4a148c", "restarting": "#6a1b9a",
 }
 """A colour for every state in workbench.runfolder.rankstate.RANK_STATES (white text on each reads at >= 4.5:1)."""
 
