@@ -248,6 +248,6 @@ def _write_task(run: RunDir, job: Any) -> None:
     if job is None:
         run.task_pickle.unlink(missing_ok=True)
         return
-    import cloudpickle
+    from workbench.launch.pickling import dumps
 
-    write_atomic(run.task_pickle, cloudpickle.dumps(job))  # 0600: a pickle is code
+    write_atomic(run.task_pickle, dumps(job))  # 0600: a pickle is code

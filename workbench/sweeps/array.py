@@ -172,16 +172,25 @@ class SlurmArrays:
                                       f"a trial; see {log} and sacct -j {job_id}")
 
     def release(self, strict: bool = True) -> None:
-        """Cancel what is left of the arrays (queued or waiting elements): the sweep is over.  When
-        SLURM does not answer, sweep.json already says the sweep is over, so the elements end as
-        they start: raised (`strict`, a cancel) or said (the end of the sweep)."""
+        """The sweep is over: what is left of the arrays ends.  On a cancel (`strict`) every element is
+        cancelled.  At the sweep's end only the queued ones are, and one that started and waits is
+        answered "nothing": an element still running has just ended its trial and exits by itself (a
+        scancel of the whole array then made that finished trial's element CANCELLED in sacct).  When
+        SLURM does not answer, sweep.json already says the sweep is over, so the elements end as they
+        start: raised (`strict`) or said (the end of the sweep)."""
         records = [r for r in self.records() if not r.get("released")]
         if not records:
             return
         ids = [r["job_id"] for r in records]
         try:
             live = live_elements(ids)
-            scancel([r["job_id"] for r in records if live & set(_elements(r))])
+            if strict:
+                scancel([r["job_id"] for r in records if live & set(_elements(r))])
+            else:
+                for job_id in sorted(live):
+                    if self.dir.element(job_id, "waiting").exists() and not self.dir.element(job_id, "bound").exists():
+                        self.answer(job_id, None, "nothing left to run")
+                scancel([r["job_id"] for r in records if live & set(_elements(r))], pending_only=True)
         except SubmitError as exc:
             said = (f"{exc}; the sweep's elements still queued end as they start (sweep.json says it is over); "
                     f"scancel {' '.join(ids)} once SLURM answers")
@@ -341,13 +350,14 @@ def live_elements(array_ids: list[str]) -> set[str]:
     return {p[0] for p in pairs if len(p) == 2 and p[1] in LIVE}
 
 
-def scancel(job_ids: list[str]) -> None:
-    """Cancel these jobs or array elements (an array's id: every element, queued ones included); one
-    that ended meanwhile is no failure."""
+def scancel(job_ids: list[str], pending_only: bool = False) -> None:
+    """Cancel these jobs or array elements (an array's id: every element, queued ones included; with
+    `pending_only` the queued ones alone); one that ended meanwhile is no failure."""
     if not job_ids:
         return
+    command = ["scancel", *(["--state=PENDING"] if pending_only else []), *job_ids]
     try:
-        done = subprocess.run(["scancel", *job_ids], capture_output=True, text=True, timeout=120)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise SubmitError(f"scancel {' '.join(job_ids)} did not run: {exc}; cancel them with scancel on a "
                           "login node") from None

@@ -29,11 +29,10 @@ def optuna_module() -> Any:
 def write_work(folder: SweepDir, task: Any, fn: Any, fn_args: tuple[Any, ...]) -> None:
     if task is None and fn is None:
         return
-    import cloudpickle
-
+    from workbench.launch.pickling import dumps
     from workbench.runfolder.private import write_atomic
 
-    write_atomic(folder.task_pickle, cloudpickle.dumps({"task": task, "fn": fn, "fn_args": tuple(fn_args)}))
+    write_atomic(folder.task_pickle, dumps({"task": task, "fn": fn, "fn_args": tuple(fn_args)}))
 
 
 def read_work(folder: SweepDir) -> dict[str, Any]:
