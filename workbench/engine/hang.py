@@ -20,12 +20,10 @@ library, torch and the workbench."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import sysconfig
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 from types import FrameType
 
@@ -46,15 +44,23 @@ _waiting_in: str | None = None
 """The collective the main thread waits in, where the engine marked the wait (in_collective)."""
 
 
-@contextlib.contextmanager
-def in_collective(what: str) -> Iterator[None]:
-    """Mark the block as a wait for the other ranks (read from the heartbeat thread by where_is)."""
-    global _waiting_in
-    outer, _waiting_in = _waiting_in, what
-    try:
-        yield
-    finally:
-        _waiting_in = outer
+class in_collective:  # noqa: N801 - used as a function: `with in_collective("all_reduce"):`
+    """Mark the block as a wait for the other ranks (read from the heartbeat thread by where_is).  A plain
+    class, not a contextlib generator: it runs in the per-step path (the comm hook, the loss reduce)."""
+
+    __slots__ = ("what", "outer")
+
+    def __init__(self, what: str) -> None:
+        self.what: str = what
+        self.outer: str | None = None
+
+    def __enter__(self) -> None:
+        global _waiting_in
+        self.outer, _waiting_in = _waiting_in, self.what
+
+    def __exit__(self, *exc_info: object) -> None:
+        global _waiting_in
+        _waiting_in = self.outer
 
 
 @dataclass
