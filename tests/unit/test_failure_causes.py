@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from workbench.engine.hang import STALL_FLOOR_S, STARTUP_STALL_S, StallLimit, hung_message, stuck, where_is
+from workbench.engine.hang import (STALL_FLOOR_S, STARTUP_STALL_S, StallLimit, Stuck, hung_message, stack_shape, stuck,
+                                   where_is)
 from workbench.launch.run import Run
 from workbench.runfolder.causes import RankFailure, cause_of, from_record, stopped_because
 from workbench.runfolder.layout import RunDir, write_json_atomic
@@ -129,6 +130,59 @@ def test_a_stall_limit_the_user_set_holds_from_the_start():
     fixed.saw_step(1, 10.0)
     assert fixed.naming_seconds == 20.0
     assert StallLimit().naming_seconds == STARTUP_STALL_S  # the automatic limit waits for a first step
+
+
+def test_before_its_first_step_a_rank_whose_stack_moves_is_at_work_not_hung():
+    """DDP's constructor imports torch._dynamo and sympy (800 modules, 8 s on a loaded machine) while the
+    peers wait in its broadcast: with a user's limit of 3 s that rank was named hung at `DDP(model)` (seen in
+    CI, the SLURM hang test).  Before the first step only a stack that stood still for the limit names it."""
+    fixed = StallLimit(fixed_s=3.0)
+    moving = Stuck(silent_s=8.0, waiting=False, where="train.py:22 in <module>", still_s=0.5)
+    still = Stuck(silent_s=8.0, waiting=False, where="train.py:30 in loss_fn", still_s=8.0)
+    assert not fixed.names(moving) and fixed.names(still)
+    assert fixed.names(Stuck(STARTUP_STALL_S + 1, False, "", still_s=0.5)), "a moving stack is named in the end"
+    assert not fixed.names(Stuck(2.0, False, "", still_s=2.0)), "never before the limit"
+    fixed.saw_step(1, 10.0)
+    assert fixed.names(moving), "after the first step the limit alone names it"
+    automatic = StallLimit()
+    assert not automatic.names(still) and automatic.names(Stuck(STARTUP_STALL_S + 1, False, "", STARTUP_STALL_S + 1))
+
+
+def _sleeps(ready, release):
+    ready.set()
+    while not release.is_set():
+        time.sleep(0.01)  # a loop that never returns: the same functions on the stack at every look
+
+
+def _imports(folder, ready, release):
+    import importlib
+
+    sys.path.insert(0, str(folder))
+    ready.set()
+    for n in range(10_000):  # work in ever other functions, as an import of torch._dynamo is
+        if release.is_set():
+            return
+        (folder / f"wb_fresh_{n}.py").write_text("import textwrap\n" + "".join(
+            f"def f{i}(x):\n    return textwrap.indent(str(x), ' ')\n" for i in range(50)))
+        importlib.import_module(f"wb_fresh_{n}")
+
+
+def test_the_stack_shape_stands_still_in_a_loop_and_moves_while_importing(tmp_path):
+    shapes = {}
+    for target, args in ((_sleeps, ()), (_imports, (tmp_path,))):
+        ready, release = threading.Event(), threading.Event()
+        thread = threading.Thread(target=target, args=(*args, ready, release), daemon=True)
+        thread.start()
+        ready.wait(5)
+        seen = set()
+        for _ in range(20):
+            seen.add(stack_shape(sys._current_frames().get(thread.ident)))
+            time.sleep(0.02)
+        release.set()
+        thread.join(10)
+        shapes[target.__name__] = len(seen)
+    sys.path.remove(str(tmp_path))
+    assert shapes["_sleeps"] == 1 and shapes["_imports"] > 1, shapes
 
 
 def test_a_wait_the_engine_marks_is_a_collective_wherever_its_code_is():

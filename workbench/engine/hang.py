@@ -14,6 +14,11 @@ The stall limit, unless ``dist.stall_after_s`` fixes it (then it holds from the 
 first step too), comes from the job's own pace: STEP_FACTOR times the longest gap between two steps
 seen so far, at least STALL_FLOOR_S; before the first step (imports, data download, compilation)
 STARTUP_STALL_S, which is also the least a rank is stuck before its first step to be named hung.
+A number the user set holds from the start, but before its first step a rank whose stack keeps moving
+is at work, not hung: DDP's constructor alone imports some 800 modules (torch._dynamo, sympy) in 3 s
+on an idle machine and in over 8 s on a loaded one, while its peers wait in the parameter broadcast.
+Such a rank is named only once its stack has stood still for the limit (a loop that sleeps, a lock,
+a C call that never returns), or after STARTUP_STALL_S whatever its stack does.
 The innermost frame of the user's code is the innermost outside the standard library, installed
 packages (site-packages) and the workbench; failing that, the innermost outside the standard
 library, torch and the workbench."""
@@ -72,6 +77,8 @@ class Stuck:
     """In a collective (waiting for a peer), not in the user's own code."""
     where: str
     """Its innermost frame of the user's code: "train.py:42 in loss_fn" ("" if none)."""
+    still_s: float = 0.0
+    """How long its main thread's stack (the functions in it, not their lines) has not changed."""
 
 
 class StallLimit:
@@ -99,6 +106,14 @@ class StallLimit:
         if self.fixed_s or self._last_step is not None:
             return self.seconds
         return max(self.seconds, STARTUP_STALL_S)
+
+    def names(self, found: Stuck) -> bool:
+        """Whether a rank stuck outside a collective is stuck long enough to be named hung."""
+        if found.silent_s <= self.naming_seconds:
+            return False
+        if self._last_step is None and found.silent_s <= STARTUP_STALL_S:
+            return found.still_s > self.seconds  # before the first step a moving stack is at work
+        return True
 
     @property
     def seconds(self) -> float:
@@ -143,12 +158,22 @@ def _users(name: str, raw: str) -> bool:
     return (os.sep + "torch" + os.sep) not in name
 
 
-def stuck(silent_s: float, limit: StallLimit, frame: FrameType | None) -> Stuck | None:
+def stuck(silent_s: float, limit: StallLimit, frame: FrameType | None, still_s: float = 0.0) -> Stuck | None:
     """Where the rank is, once it has made no progress for the limit; None before."""
     if silent_s <= limit.seconds:
         return None
     waiting, where = where_is(frame)
-    return Stuck(silent_s, waiting, where)
+    return Stuck(silent_s, waiting, where, still_s)
+
+
+def stack_shape(frame: FrameType | None) -> tuple[object, ...]:
+    """The functions on a thread's stack, innermost first (their code objects: a loop that sleeps
+    keeps its shape, a rank that imports or compiles changes it from one look to the next)."""
+    shape = []
+    while frame is not None:
+        shape.append(frame.f_code)
+        frame = frame.f_back
+    return tuple(shape)
 
 
 def hung_message(rank: int, found: Stuck, waiting_peers: list[int]) -> str:
@@ -171,13 +196,20 @@ class HangWatch:
         """This rank was named hung already (once per attempt)."""
         self._marker: tuple[int, int] = (-1, -1)
         self._since = 0.0
+        self._shape: tuple[object, ...] = ()
+        self._still_since = 0.0
 
     def beat(self, step: int, output_lines: int, now: float) -> Stuck | None:
         """Note progress; where the main thread is stuck, once it has made none for the limit."""
         self.limit.saw_step(step, now)
         if (step, output_lines) != self._marker:
             self._marker, self._since = (step, output_lines), now
-        self.found = stuck(now - self._since, self.limit, main_frame())
+        frame = main_frame()
+        shape = stack_shape(frame)
+        if shape != self._shape:
+            self._shape, self._still_since = shape, now
+        del frame
+        self.found = stuck(now - self._since, self.limit, main_frame(), now - self._still_since)
         return self.found
 
     def fields(self) -> dict[str, object]:

@@ -247,7 +247,7 @@ class RankMonitor:
         found = self.hang.beat(self.step, self.output_seen, now or time.time())
         if found is None or found.waiting or self.state != "running" or self.hang.named:
             return
-        if found.silent_s <= self.hang.limit.naming_seconds:
+        if not self.hang.limit.names(found):
             return  # before its first step: imports, compilation, a download while the others wait
         waiting = self._waiting_peers()
         if not waiting:
