@@ -3,7 +3,8 @@ the CLI `table`/`check` commands and the 1/2/4/8-GPU presets.
 
 The guide: lr 5e-5 at 1 GPU -> 1e-4 / 2e-4 / 4e-4 at 2 / 4 / 8 GPUs (linear); warmup 5000 ->
 10000 / 20000 / 40000; effective batch 16 x 4 x {1, 2, 4, 8} = 64 / 128 / 256 / 512; its 8-GPU
-recommendation uses per-GPU batch 12 and a x6 multiplier: lr 3e-4, warmup 30000, batch 384.
+recommendation uses per-GPU batch 12: effective 384, x6 (384 / 64), lr 3e-4, warmup 30000.  The other
+four guides' recommended configurations follow, each reproduced exactly.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 from workbench.cli import main
 from workbench.config import JobConfig
 from workbench.config.presets import PRESETS, preset
+from workbench.errors import ConfigError
 from workbench.config.scaling import (
     RULES,
     describe_change,
@@ -73,12 +75,58 @@ def test_sqrt_rule(n):
     assert {1: 5000, 2: 7071, 4: 10000, 8: 14142}[n] == s.warmup_steps
 
 
-@pytest.mark.parametrize("n, lr, warmup", [(1, 5e-5, 5000), (2, 1e-4, 10000), (4, 2e-4, 20000), (8, 3e-4, 30000)])
-def test_capped_rule_cap_6_is_the_guides_8_gpu_config(n, lr, warmup):
-    s = scaled(guide(scaling={"rule": "capped", "cap": 6}), n)
-    assert s.multiplier == min(n, 6)
-    assert s.lr == pytest.approx(lr, rel=1e-12)
-    assert s.warmup_steps == warmup
+# --- the five guides' recommended configurations (../shared/seeds), each reproduced exactly -----------
+
+
+@pytest.mark.parametrize("n, micro, lr, warmup, batch", [(1, 16, 5e-5, 5000, 64), (2, 16, 1e-4, 10000, 128),
+                                                        (4, 16, 2e-4, 20000, 256), (8, 12, 3e-4, 30000, 384)])
+def test_uniref50_guide_recommended_configurations(n, micro, lr, warmup, batch):
+    """Tuned at 16 x 4 x 1 = 64; at 8 GPUs the per-GPU batch drops to 12 "for memory": effective 384, lr 3e-4
+    (5e-5 x 6), warmup 30000 (5000 x 6).  By world size alone the 8-GPU row came out 4e-4 and 40000."""
+    cfg = guide(train={"micro_batch_size": micro, "lr_ref_batch": 64})
+    s = scaled(cfg, n)
+    assert (s.effective_batch, s.warmup_steps, s.reference_batch) == (batch, warmup, 64)
+    assert s.lr == pytest.approx(lr, rel=1e-12) and s.multiplier == batch / 64
+
+
+def test_dpo_guide_scales_lr_by_total_batch_over_base_batch():
+    """"lr_new = lr_base x (total_batch_size / base_batch_size)": batch 1, lr 3e-7 at 1 GPU; 4 GPUs of 1 -> 1.2e-6;
+    its example of 4 GPUs with --batch_size 2 is a total of 8."""
+    cfg = JobConfig.from_dict({"train": {"micro_batch_size": 1, "lr": 3e-7}, "scaling": {"rule": "linear"}})
+    assert scaled(cfg, 1).lr == pytest.approx(3e-7, rel=1e-12)
+    assert (scaled(cfg, 4).effective_batch, scaled(cfg, 4).lr) == (4, pytest.approx(1.2e-6, rel=1e-12))
+    two = cfg.replace(train__micro_batch_size=2, train__lr_ref_batch=1)
+    assert (scaled(two, 4).effective_batch, scaled(two, 4).lr) == (8, pytest.approx(2.4e-6, rel=1e-12))
+
+
+def test_retrieval_guide_8_gpus_doubles_the_lr():
+    """Batch 64, lr 2e-5 on one GPU; 8 GPUs of 64 (effective 512): lr 4e-5 "(scaled)": x2 at x8 the batch, which
+    is the capped rule at 2 (its text also says "2x GPUs -> 2x LR": linear, reproduced at 2 GPUs)."""
+    base = {"micro_batch_size": 64, "lr": 2e-5}
+    capped = JobConfig.from_dict({"train": base, "scaling": {"rule": "capped", "cap": 2}})
+    assert (scaled(capped, 8).effective_batch, scaled(capped, 8).lr) == (512, pytest.approx(4e-5, rel=1e-12))
+    linear = JobConfig.from_dict({"train": base, "scaling": {"rule": "linear"}})
+    assert scaled(linear, 2).lr == pytest.approx(4e-5, rel=1e-12)
+
+
+def test_comformer_guide_4_gpus_of_64():
+    """base_lr 0.001, per-GPU batch 64, 4 GPUs: effective 256, scaled_lr = base_lr x num_gpus = 0.004."""
+    cfg = JobConfig.from_dict({"train": {"micro_batch_size": 64, "lr": 0.001}, "scaling": {"rule": "linear"}})
+    assert (scaled(cfg, 4).effective_batch, scaled(cfg, 4).lr) == (256, pytest.approx(0.004, rel=1e-12))
+
+
+def test_trainer_ddp_guide_keeps_its_lr_at_3_gpus():
+    """batch_size 64 per GPU, 3 GPUs = 192 samples an iteration, AdamW lr 0.001 as configured (no rule)."""
+    cfg = JobConfig.from_dict({"train": {"micro_batch_size": 64, "lr": 0.001}, "scaling": {"rule": "none"}})
+    assert (scaled(cfg, 3).effective_batch, scaled(cfg, 3).lr) == (192, 0.001)
+
+
+def test_the_reference_batch_defaults_to_the_tuned_world_size_and_is_checked():
+    cfg = guide(train={"lr_ref_world_size": 2})
+    assert scaled(cfg, 8).reference_batch == 128 and scaled(cfg, 8).multiplier == 4
+    assert scaled(guide(train={"lr_ref_batch": 32}), 1).multiplier == 2  # tuned at a smaller batch: lr grows
+    with pytest.raises(ConfigError, match=r"train\.lr_ref_batch: .*effective batch"):
+        guide(train={"lr_ref_batch": 0})
 
 
 def test_capped_rule_cap_4_as_in_the_guides_custom_scaling():
@@ -266,7 +314,9 @@ def _write(tmp_path, cfg: JobConfig, name: str = "job.yaml") -> str:
 
 
 def _table_rows(out: str) -> list[list[str]]:
-    lines = [line.split() for line in out.strip().splitlines()]
+    *table, note = out.strip().splitlines()
+    assert note.startswith("lr ") and "tuned at effective batch" in note, note  # where the lr scales from
+    lines = [line.split() for line in table]
     assert lines[0] == COLUMNS
     return lines[1:]
 
@@ -274,7 +324,11 @@ def _table_rows(out: str) -> list[list[str]]:
 def test_cli_table(tmp_path, capsys):
     path = _write(tmp_path, guide())
     assert main(["table", path, "--dataset-size", "100000"]) == 0
-    rows = _table_rows(capsys.readouterr().out)
+    out = capsys.readouterr().out
+    assert out.strip().splitlines()[-1] == ("lr 5e-05 and warmup 5000 tuned at effective batch 64 (16 x 4 x 1 rank: "
+                                            "train.lr_ref_world_size; set train.lr_ref_batch to keep it when the "
+                                            "per-rank batch changes); linear rule: lr x effective batch / 64")
+    rows = _table_rows(out)
     col = {name: [row[i] for row in rows] for i, name in enumerate(COLUMNS)}
     assert col["world_size"] == ["1", "2", "4", "8"]
     assert col["effective_batch"] == ["64", "128", "256", "512"]

@@ -56,15 +56,36 @@ def test_the_table_says_when_it_shows_the_last_valid_config():
 
 
 @pytest.mark.timeout(60)
-def test_compare_all_rules_highlights_only_the_configs_rule_and_accumulation_is_noted():
+def test_compare_all_rules_highlights_only_the_configs_rule_and_the_reference_batch_is_said():
     cfg = JobConfig.from_dict({"scaling": {"rule": "sqrt"}, "train": {"grad_accum_steps": 4}})
     view = ScalingView(ConfigForm(cfg))
     view.rule.value = "compare"
     chosen = view.frame[view.frame["selected"]]
     assert chosen[["world_size", "rule"]].values.tolist() == [[cfg.world_size, "sqrt"]]
     assert view.table.value.count('class="wb-selected"') == 1
-    assert "wb-accum-note" in view.note.value and "keys on world size only" in view.note.value
-    assert "wb-accum-note" not in ScalingView(ConfigForm()).note.value  # no accumulation: no note
+    assert "wb-reference" in view.note.value and "tuned at effective batch 128" in view.note.value
+    assert "sqrt(effective batch / 128)" in view.note.value
+
+
+@pytest.mark.timeout(60)
+def test_a_new_per_rank_batch_in_the_form_moves_lr_by_the_rule_from_the_tuned_batch():
+    """The UniRef50 guide tunes lr 5e-5 at 16 x 4 x 1 = 64 and, at 8 GPUs, lowers the per-GPU batch to 12 for
+    memory: effective 384, lr 3e-4 (x 6).  Typed into the form, the 12 keeps the reference at 64."""
+    cfg = JobConfig.from_dict({"train": {"micro_batch_size": 16, "grad_accum_steps": 4, "lr": 5e-5,
+                                         "warmup_steps": 5000}, "dist": {"procs_per_node": 8}})
+    form = ConfigForm(cfg)
+    view = ScalingView(form)
+    form.widget_for("train.micro_batch_size").value = "12"
+    assert form.config.train.lr_ref_batch == 64 and form.widget_for("train.lr_ref_batch").value == "64"
+    row = view.frame[view.frame["world_size"] == 8].iloc[0]
+    assert (row["effective_batch"], row["warmup_steps"]) == (384, 30000) and row["lr"] == pytest.approx(3e-4)
+    form.widget_for("train.grad_accum_steps").value = "2"  # the reference stays where it was put
+    assert form.config.train.lr_ref_batch == 64
+    assert view.frame[view.frame["world_size"] == 8].iloc[0]["lr"] == pytest.approx(5e-5 * 12 * 2 * 8 / 64)
+    form.set_config(cfg)  # a config loaded whole keeps its own (empty) reference
+    assert form.config.train.lr_ref_batch is None
+    form.widget_for("train.lr").value = "1e-4"  # other fields never set it
+    assert form.config.train.lr_ref_batch is None
 
 
 

@@ -149,7 +149,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_table(args: argparse.Namespace) -> int:
-    from workbench.config.scaling import scaling_table
+    from workbench.config.scaling import reference_note, scaling_table
 
     cfg = load_config(args)
     sizes = parse_world_sizes(args.world_sizes, "--world-sizes")
@@ -158,6 +158,7 @@ def cmd_table(args: argparse.Namespace) -> int:
         selected=table["selected"].map({True: "yes", False: "no"}),
         steps_per_epoch=table["steps_per_epoch"].map(lambda v: "—" if v is None or v != v else str(int(v))))
     print(table_for_people(shown, index=False))
+    print(reference_note(cfg))
     return 0
 
 

@@ -1,8 +1,11 @@
 """Scaling rules for lr and warmup, effective batch, steps per epoch, and scaling tables.
 
 Pure functions over numbers and a JobConfig; pandas is imported only to build tables (no torch).
-With k = world_size / lr_ref_world_size:  none -> x1, linear -> x k, sqrt -> x sqrt(k),
-capped -> x min(k, cap).  Effective batch = micro_batch_size x grad_accum_steps x world_size.
+Effective batch = micro_batch_size x grad_accum_steps x world_size.  The rules scale lr (and warmup)
+with the effective batch, as Goyal et al. (2017) define the linear rule and the guides write it
+("lr_new = lr_base x total_batch / base_batch"): with k = effective batch / train.lr_ref_batch,
+none -> x1, linear -> x k, sqrt -> x sqrt(k), capped -> x min(k, cap).  A config without
+lr_ref_batch was tuned at micro x accum x lr_ref_world_size: k is then the world-size ratio.
 """
 
 from __future__ import annotations
@@ -20,12 +23,21 @@ if TYPE_CHECKING:
 RULES = ("none", "linear", "sqrt", "capped")
 
 
-def multiplier(world_size: int, ref_world_size: int, rule: str, cap: float = 8.0) -> float:
-    """The factor applied to the base lr (and warmup) when going from ref_world_size to world_size."""
+def multiplier(batch: float, ref_batch: float, rule: str, cap: float = 8.0) -> float:
+    """The factor applied to the base lr (and warmup) going from the reference effective batch to `batch`
+    (or, equally, from a reference world size to a world size at a fixed per-rank batch)."""
     if rule not in RULES:
         raise ValueError(f"scaling.rule: unknown rule {rule!r}; choose one of {', '.join(RULES)}")
-    k = world_size / ref_world_size
+    k = batch / ref_batch
     return {"none": 1.0, "linear": k, "sqrt": math.sqrt(k), "capped": min(k, cap)}[rule]
+
+
+def reference_batch(train: Any) -> int:
+    """The effective batch a config's lr and warmup were tuned at (its TrainConfig): lr_ref_batch, or
+    micro_batch_size x grad_accum_steps x lr_ref_world_size."""
+    if train.lr_ref_batch:
+        return int(train.lr_ref_batch)
+    return effective_batch(train.micro_batch_size, train.grad_accum_steps, train.lr_ref_world_size)
 
 
 def parse_world_sizes(text: str, name: str = "world sizes") -> list[int]:
@@ -66,6 +78,8 @@ class Scaled:
     lr: float
     warmup_steps: int
     effective_batch: int
+    reference_batch: int = 0
+    """The effective batch the base lr was tuned at (the multiplier is the rule of their ratio)."""
 
 
 def scaled(cfg: JobConfig, world_size: int | None = None, rule: str | None = None) -> Scaled:
@@ -74,10 +88,11 @@ def scaled(cfg: JobConfig, world_size: int | None = None, rule: str | None = Non
     if n < 1:
         raise ValueError(f"world size must be >= 1, got {n}")
     rule = rule or cfg.scaling.rule
-    m = multiplier(n, cfg.train.lr_ref_world_size, rule, cfg.scaling.cap)
+    batch = effective_batch(cfg.train.micro_batch_size, cfg.train.grad_accum_steps, n)
+    reference = reference_batch(cfg.train)
+    m = multiplier(batch, reference, rule, cfg.scaling.cap)
     warm_m = m if cfg.scaling.scale_warmup else 1.0
-    return Scaled(n, rule, m, cfg.train.lr * m, round(cfg.train.warmup_steps * warm_m),
-                  effective_batch(cfg.train.micro_batch_size, cfg.train.grad_accum_steps, n))
+    return Scaled(n, rule, m, cfg.train.lr * m, round(cfg.train.warmup_steps * warm_m), batch, reference)
 
 
 MEASURED = ("samples_per_s", "speedup", "efficiency", "expected_speedup")
@@ -114,6 +129,26 @@ def _row(cfg: JobConfig, n: int, rule: str, size: int | None) -> dict[str, Any]:
         "lr_multiplier": s.multiplier, "lr": s.lr, "warmup_steps": s.warmup_steps,
         "steps_per_epoch": steps, "selected": n == cfg.world_size,
     }
+
+
+def reference_note(cfg: JobConfig) -> str:
+    """Where the lr scales from, in one sentence: "lr 0.002 and warmup 20 were tuned at effective batch 64
+    (32 x 2 x 1 rank: train.lr_ref_world_size; set train.lr_ref_batch to tune them at another batch);
+    sqrt rule: lr x sqrt(effective batch / 64)"."""
+    t = cfg.train
+    reference = reference_batch(t)
+    if t.lr_ref_batch:
+        source = "train.lr_ref_batch"
+    else:
+        ranks = "rank" if t.lr_ref_world_size == 1 else "ranks"
+        source = (f"{t.micro_batch_size} x {t.grad_accum_steps} x {t.lr_ref_world_size} {ranks}: "
+                  "train.lr_ref_world_size; set train.lr_ref_batch to keep it when the per-rank batch changes")
+    formula = {"none": "lr unchanged", "linear": f"lr x effective batch / {reference}",
+               "sqrt": f"lr x sqrt(effective batch / {reference})",
+               "capped": f"lr x min(effective batch / {reference}, {cfg.scaling.cap:g})"}[cfg.scaling.rule]
+    warmup = f" and warmup {t.warmup_steps}" if t.warmup_steps else ""
+    return (f"lr {t.lr:g}{warmup} tuned at effective batch {reference} ({source}); "
+            f"{cfg.scaling.rule} rule: {formula}")
 
 
 def describe_change(cfg: JobConfig, old_world_size: int, new_world_size: int) -> str:

@@ -100,11 +100,14 @@ class TrainConfig:
     optimizer_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra optimizer arguments, e.g. {betas: [0.9, 0.95]} or {momentum: 0.9}."""
     lr: float = 1e-3
-    """Base learning rate, tuned at `lr_ref_world_size` ranks; scaled by the scaling rule."""
+    """Base learning rate, tuned at the effective batch `lr_ref_batch`; scaled by the scaling rule."""
+    lr_ref_batch: int | None = None
+    """Effective batch (micro x accum x ranks) the base lr and warmup were tuned at; the rule scales by
+    effective batch / this.  Empty: micro_batch_size x grad_accum_steps x lr_ref_world_size."""
     lr_ref_world_size: int = 1
-    """World size the base lr and warmup were tuned for (the scaling rule scales from here)."""
+    """World size the base lr and warmup were tuned at, when lr_ref_batch is empty."""
     warmup_steps: int = 0
-    """Linear warmup steps at the reference world size; scaled by the scaling rule."""
+    """Linear warmup steps at the reference batch; scaled by the scaling rule."""
     schedule: Literal["constant", "linear", "cosine"] = "constant"
     """Learning-rate schedule after warmup."""
     min_lr_ratio: float = 0.0
@@ -135,7 +138,7 @@ class TrainConfig:
 @dataclass(kw_only=True, frozen=True)
 class ScalingConfig:
     rule: Literal["none", "linear", "sqrt", "capped"] = "linear"
-    """How lr and warmup change with world size k = world_size / lr_ref_world_size:
+    """How lr and warmup change with the effective batch, k = effective batch / train.lr_ref_batch:
     none (unchanged), linear (x k), sqrt (x sqrt(k)), capped (x min(k, cap))."""
     cap: float = 8.0
     """Largest multiplier of the capped rule."""

@@ -230,6 +230,8 @@ _SECTION_RULES: dict[str, list[Rule]] = {
         _positive("train.epochs", "train for at least 1 epoch (or set max_steps)"),
         _positive("train.max_steps", "or leave it empty to train for `epochs`", optional=True),
         _above("train.lr", 0, "typical AdamW values are 1e-4 to 1e-3"),
+        _positive("train.lr_ref_batch", "the effective batch (micro x accum x ranks) the lr was tuned at, or "
+                  "leave it empty for micro_batch_size x grad_accum_steps x lr_ref_world_size", optional=True),
         _positive("train.lr_ref_world_size", "use the world size the lr was tuned at"),
         _at_least("train.warmup_steps", 0, "use 0 for no warmup"),
         Rule(("train.min_lr_ratio",), _min_lr_ratio),

@@ -14,6 +14,7 @@ from typing import Any
 
 import ipywidgets as w
 
+from workbench.config.scaling import reference_batch
 from workbench.config.sections import JobConfig
 from workbench.errors import ConfigError
 from workbench.ui import sweepform
@@ -111,6 +112,10 @@ class FieldRow:
         self.error.value = "".join(f'<div class="wb-field-error" style="{ERROR_STYLE}">{html.escape(p)}</div>'
                                    for p in problems)
         self.error.layout.display = "" if problems else "none"
+
+
+BATCH_FIELDS = ("train.micro_batch_size", "train.grad_accum_steps")
+"""Fields that change the effective batch at a fixed world size (the lr's reference stays; see _keep_reference)."""
 
 
 class ConfigForm:
@@ -249,9 +254,25 @@ class ConfigForm:
             cfg, found = (None, found) if found else sweepform.first_config(cfg, self._space)
         return (None if found else cfg), found
 
-    def _on_change(self, _change: Any) -> None:
-        if not self._holding:
-            self._update()
+    def _on_change(self, change: Any) -> None:
+        if self._holding:
+            return
+        if any(change.owner is self.rows[path].widget for path in BATCH_FIELDS):
+            self._keep_reference()
+        self._update()
+
+    def _keep_reference(self) -> None:
+        """The per-rank batch or the accumulation changed: lr moves by the rule, from the effective batch the
+        config's lr was tuned at (without lr_ref_batch that reference moved with the batch, and the lr with it
+        stayed put).  The reference is written into train.lr_ref_batch, where the user sees and can change it."""
+        row = self.rows.get("train.lr_ref_batch")
+        if row is None or self.last_valid is None or self.last_valid.train.lr_ref_batch or str(row.raw()).strip():
+            return
+        self._holding = True
+        try:
+            row.set(reference_batch(self.last_valid.train))
+        finally:
+            self._holding = False
 
     def _update(self) -> None:
         cfg, self._problems = self._validate()

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as w
 import pandas as pd
 
-from workbench.config.scaling import RULES, effective_batch, parse_world_sizes, scaling_table
+from workbench.config.scaling import RULES, parse_world_sizes, reference_note, scaling_table
 from workbench.errors import ConfigError
 from workbench.ui.tables import header_cell, scrolling
 
@@ -136,21 +136,12 @@ def _caption(cfg: JobConfig, choice: str) -> str:
            else f"world size ({cfg.world_size})")
     text = (f"effective batch = micro_batch_size × grad_accum_steps × world_size; lr = base lr × multiplier "
             f"(rule: {html.escape(rule)}); the highlighted row is the config's own {html.escape(row)}.")
-    return f"<div style='{MUTED}'>{text}</div>{accumulation_note(cfg)}"
+    return f"<div style='{MUTED}'>{text}</div>{reference_html(cfg)}"
 
 
-def accumulation_note(cfg: JobConfig) -> str:
-    """With grad accumulation the effective batch grows but the lr rule does not see it: say so."""
-    t = cfg.train
-    if t.grad_accum_steps <= 1:
-        return ""
-    batch = effective_batch(t.micro_batch_size, t.grad_accum_steps, cfg.world_size)
-    return (f"<div class='wb-accum-note' style='color:var(--jp-ui-font-color1,#222);border-left:3px solid "
-            f"#f57c00;padding:0 6px;margin-top:4px;line-height:1.4'>grad_accum_steps = {t.grad_accum_steps} "
-            f"multiplies the effective batch by {t.grad_accum_steps} ({t.micro_batch_size} × {t.grad_accum_steps} × "
-            f"{cfg.world_size} = {batch}), but the lr rule ({html.escape(cfg.scaling.rule)}) keys on world size "
-            f"only (world_size / lr_ref_world_size): the lr is not scaled for accumulation. Set train.lr for "
-            f"this batch yourself if you change grad_accum_steps.</div>")
+def reference_html(cfg: JobConfig) -> str:
+    """Which effective batch the lr was tuned at and how the rule scales from it (config.scaling.reference_note)."""
+    return f"<div class='wb-reference' style='{MUTED}'>{html.escape(reference_note(cfg))}</div>"
 
 
 NOTE_STYLE = ("color:var(--jp-ui-font-color1,#222);border-left:3px solid #d9534f;padding:0 6px;white-space:normal;"
