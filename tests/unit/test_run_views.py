@@ -195,6 +195,35 @@ def test_defaults_are_readable_smoothed_loss_log_y_past_a_decade_and_only_logged
     assert nothing.axes == [] and nothing.texts[0].get_text() == "no metrics logged yet"
 
 
+def test_one_loss_of_zero_leaves_log_y_on_and_is_said_not_drawn():
+    """A 20,000-step run logged loss == 0.0 once (step 6366): log-y went off for the whole run, even with
+    "y: log" picked (issue 29).  Now the choice is made on the positive values and the 0 is left out,
+    counted in the panel's title (a figure drawn once) and on the dashboard's range line (a live one)."""
+    from workbench.results.plots import options, plot_run
+    from workbench.ui.plotview import range_html
+    from workbench.ui.render import LiveFigure
+
+    step = np.arange(1, 20_001)
+    loss = 2.5 * np.exp(-step / 3000) + 0.01
+    loss[6365] = 0.0
+    frame = pd.DataFrame({"rank": 0, "step": step, "loss": loss})
+    for log_y in (None, True):
+        ax = plot_run(frame, log_y=log_y).axes[0]
+        assert ax.get_yscale() == "log", log_y
+        assert ax.get_title(loc="left").endswith("(1 value <= 0 not drawn on log y)"), ax.get_title(loc="left")
+        assert ax.get_ylim()[0] > 0
+    linear = plot_run(frame, log_y=False).axes[0]
+    assert linear.get_yscale() == "linear" and "not drawn" not in linear.get_title(loc="left")
+    assert plot_run(frame.assign(loss=0.0)).axes[0].get_yscale() == "linear"  # nothing positive: nothing to log
+    live = LiveFigure()
+    live.update(frame, None, options())
+    found = live.view_range()
+    assert live.axes[0].get_yscale() == "log" and found.not_drawn == ((live.panels[0].title, 1),)
+    assert "1 value &lt;= 0 not drawn on log y" in range_html(found)
+    live.update(frame.assign(loss=np.abs(loss) + 0.01), None, options())  # the data without it: no note
+    assert live.view_range().not_drawn == () and "not drawn" not in range_html(live.view_range())
+
+
 def test_a_figure_shows_itself_in_a_fresh_notebook_without_pyplot():
     from workbench.results.plots import plot_run
 
@@ -259,13 +288,37 @@ def test_metrics_plot_controls_hover_and_remembered_choices(tmp_path, monkeypatc
     plot.smooth.value = 0.8
     plot.log_y.value = "linear"
     saved = tmp_path / "config" / "workbench" / "plot.json"
-    assert json.loads(saved.read_text()) == {"x": "elapsed_s", "log_y": False, "smooth": 0.8, "ranks": "1"}
+    assert json.loads(saved.read_text()) == {"x": "elapsed_s", "log_y": False, "smooth": 0.8}  # no run: no ranks
     assert saved.stat().st_mode & 0o777 == 0o600 and saved.parent.stat().st_mode & 0o777 == 0o700
-    again = MetricsPlot(frame=sixteen_ranks(ranks=2))  # the next dashboard starts from them
-    assert (again.opts.x, again.opts.log_y, again.opts.smooth, again.opts.ranks) == ("elapsed_s", False, 0.8, (1,))
-    assert again.ranks.value == "1" and again.log_y.value == "linear"
+    again = MetricsPlot(frame=sixteen_ranks(ranks=2))  # the next dashboard starts from them, every rank shown
+    assert (again.opts.x, again.opts.log_y, again.opts.smooth, again.opts.ranks) == ("elapsed_s", False, 0.8, None)
+    assert again.ranks.value == "all" and again.log_y.value == "linear" and again.shown.value == ""
     saved.write_text("{not json")
     assert MetricsPlot(frame=sixteen_ranks(ranks=2)).opts.smooth == 0.6  # a damaged file: the defaults
+
+
+def test_a_rank_filter_and_a_smoothing_stay_with_the_run_they_were_chosen_on(tmp_path, monkeypatch):
+    """A rank filter typed once hid rank 1 in every later dashboard of every run, with nothing saying so;
+    smoothing 0.97 carried onto a 23-step run (issue 29)."""
+    from workbench.ui.plotview import MetricsPlot
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    first = MetricsPlot(frame=sixteen_ranks(ranks=2, steps=900), key="/runs/a")
+    first.ranks.value = "0"
+    first.smooth.value = 0.97
+    assert first.opts.ranks == (0,) and "showing rank 0 of 2" in first.shown.value  # said beside the figure
+    other = MetricsPlot(frame=sixteen_ranks(ranks=2, steps=900), key="/runs/b")
+    assert other.opts.ranks is None and other.ranks.value == "all" and other.shown.value == ""
+    assert other.opts.smooth == 0.97  # taste: a long run gets the smoothing last chosen
+    short = MetricsPlot(frame=sixteen_ranks(ranks=2, steps=23), key="/runs/c")
+    assert short.opts.smooth == 0.6 and short.smooth.value == 0.6
+    assert "smoothing 0.97 (remembered) averages over more points than this run has (23): 0.6 here" in \
+        short.shown.value
+    live = MetricsPlot(frame=pd.DataFrame(), key="/runs/d")  # a live run at step 0 of 20,000: its total counts
+    live.show(sixteen_ranks(ranks=2, steps=30), total_steps=20_000)
+    assert live.opts.smooth == 0.97 and live.shown.value == ""
+    back = MetricsPlot(frame=sixteen_ranks(ranks=2, steps=23), key="/runs/a")  # its own choices come back
+    assert (back.opts.ranks, back.opts.smooth, back.ranks.value) == ((0,), 0.97, "0")
 
 
 def test_the_range_line_says_what_data_is_shown_never_axis_limits():

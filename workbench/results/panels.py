@@ -218,10 +218,31 @@ def rank_colour(rank: int) -> str:
 
 
 def spans_a_decade(specs: list[Spec]) -> bool:
-    """Whether the panel's values (all positive) span more than a factor of 10: log-y reads better."""
+    """Whether the panel's positive values span more than a factor of 10: log-y reads better.  Values at
+    or below 0 do not count (a log axis leaves them out, and says so: not_drawn_on_log)."""
     lows, highs = [], []
     for spec in specs:
-        if spec.kind in ("line", "points", "band") and len(spec.y) and np.isfinite(spec.y).any():
-            lows.append(float(np.nanmin(spec.y)))
-            highs.append(float(np.nanmax(spec.y if spec.y2 is None else spec.y2)))
-    return bool(lows) and min(lows) > 0 and max(highs) > 10 * min(lows)
+        if spec.kind in ("line", "points", "band") and len(spec.y):
+            y = np.asarray(spec.y, float)
+            high = y if spec.y2 is None else np.asarray(spec.y2, float)
+            if (y > 0).any():
+                lows.append(float(y[y > 0].min()))
+            if (high > 0).any():
+                highs.append(float(high[high > 0].max()))
+    return bool(lows) and max(highs) > 10 * min(lows)
+
+
+def has_positive(specs: list[Spec]) -> bool:
+    """Whether any value drawn is above 0 (a log axis has something to show)."""
+    return any(spec.kind in ("line", "points", "band") and bool((np.asarray(spec.y, float) > 0).any())
+               for spec in specs)
+
+
+def not_drawn_on_log(specs: list[Spec]) -> int:
+    """How many logged values a log-y panel leaves out: those at or below 0 (a loss of exactly 0.0), counted
+    in the series as logged (a smoothed line's raw one, a band's lows), not in their smoothed copies."""
+    count = 0
+    for spec in specs:
+        if spec.kind in ("line", "points", "band") and spec.raw is None and len(spec.y):
+            count += int((np.asarray(spec.y, float) <= 0).sum())
+    return count

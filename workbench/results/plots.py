@@ -34,6 +34,8 @@ from workbench.results.panels import (  # noqa: F401 - RANK_COLOURS, rank_colour
     Spec,
     Views,
     choose_panels,
+    has_positive,
+    not_drawn_on_log,
     panel_specs,
     rank_colour,
     spans_a_decade,
@@ -147,7 +149,7 @@ def plot_run(frame: pd.DataFrame | MetricData, panels: Sequence[str] | None = No
         for ax, panel in zip(axes, chosen):
             specs = panel_specs(panel, data, x, o, views, FOREGROUND[o.theme])
             add_artists(ax, specs)
-            decorate(ax, panel, specs, o, x)
+            decorate(ax, panel, specs, o, x, note_hidden=True)
         legend = figure_legend(fig, axes)
         if fixed_layout:
             fit_legend_rows(fig, legend)
@@ -262,13 +264,17 @@ def last_point(x: np.ndarray, y: np.ndarray) -> tuple[float, float] | None:
     return (float(x[ok[-1]]), float(y[ok[-1]])) if len(ok) else None
 
 
-def decorate(ax: Axes, panel: Panel, specs: list[Spec], opts: PlotOptions, x: str) -> None:
-    """Title (the metric's name), x label, log scale."""
+def decorate(ax: Axes, panel: Panel, specs: list[Spec], opts: PlotOptions, x: str, note_hidden: bool = False) -> None:
+    """Title (the metric's name), x label, log scale; `note_hidden` (a figure drawn once): the title says how
+    many values log-y leaves out (a live figure says it on its range line, which follows the data)."""
     ax.set_title(panel.title, loc="left")
     if ax.xaxis.get_tick_params().get("labelbottom", True) is not False:
         ax.set_xlabel(X_AXES.get(x, x))
     if use_log(panel, specs, opts):
-        ax.set_yscale("log")
+        ax.set_yscale("log", nonpositive="mask")  # a value <= 0 is left out (and counted), not clipped
+        hidden = not_drawn_on_log(specs) if note_hidden else 0
+        if hidden:
+            ax.set_title(f"{panel.title}  ({hidden_text(hidden)})", loc="left")
     if x == "step" or x == "samples":
         from matplotlib.ticker import MaxNLocator
 
@@ -276,11 +282,16 @@ def decorate(ax: Axes, panel: Panel, specs: list[Spec], opts: PlotOptions, x: st
 
 
 def use_log(panel: Panel, specs: list[Spec], opts: PlotOptions) -> bool:
-    if not panel.log_able or opts.log_y is False:
+    """Log-y where the user asked for it, or (automatic) where the positive values span a decade.  A value
+    at or below 0 (one loss of exactly 0.0 in 20,000 steps) neither overrides the user's choice nor turns
+    the automatic choice off: the log axis leaves it out, and the figure says how many it left out."""
+    if not panel.log_able or opts.log_y is False or not has_positive(specs):
         return False
-    # every value drawn counts, the band's lows too: a value at or below 0 cannot be shown on log-y
-    lows = [float(np.nanmin(s.y)) for s in specs if s.kind in ("line", "points", "band") and np.isfinite(s.y).any()]
-    return bool(lows) and min(lows) > 0 and (opts.log_y is True or spans_a_decade(specs))
+    return opts.log_y is True or spans_a_decade(specs)
+
+
+def hidden_text(count: int) -> str:
+    return f"{count} value{'s' if count != 1 else ''} <= 0 not drawn on log y"
 
 
 def figure_legend(fig: Figure, axes: Sequence[Axes]) -> Any:

@@ -37,7 +37,7 @@ class Dashboard:
 
     def __init__(self, run: Run, poll_s: float = 1.0, autostart: bool = True, **plot_options: Any):
         self.run, self.poll_s = run, poll_s
-        self.plot = MetricsPlot(**plot_options)
+        self.plot = MetricsPlot(key=str(run.folder), **plot_options)
         self.state: DashboardState | None = None
         self._callbacks: list[Callable[[DashboardState], None]] = []
         self._lock = threading.Lock()
@@ -172,7 +172,7 @@ class Dashboard:
         self.stacks.value = stacks_html(state.stacks)
         drawn = (state.data.version, state.done)
         if drawn != self._plot_version:  # the snapshot's own data: the curves end where the badges say
-            self.plot.show(state.data, state.evals, live=not state.done)
+            self.plot.show(state.data, state.evals, live=not state.done, total_steps=state.total_steps)
             self._plot_version = drawn
         self._show_failure(state)
         self.restarts.value = restarts_html(state.earlier_failures)

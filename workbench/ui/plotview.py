@@ -6,6 +6,7 @@ and the theme; the dashboard embeds one, ``run.plot(interactive=True)`` returns 
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import threading
 from typing import TYPE_CHECKING, Any
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as w
 
 from workbench.results.metricview import X_AXES
-from workbench.results.plots import PlotOptions, options
+from workbench.results.plots import PlotOptions, hidden_text, options
 from workbench.results.series import MetricData
 from workbench.ui import plotsettings
 from workbench.ui.render import LiveFigure, ViewRange, values_at
@@ -63,10 +64,14 @@ def lab_theme() -> str:
     return "dark" if "dark" in theme.lower() else "light"
 
 
-def initial_options(given: dict[str, Any], remember: bool) -> tuple[PlotOptions, str]:
-    """The options to start with: those given, else the remembered ones, else the defaults; and the
-    ranks text for the control."""
-    saved = plotsettings.load() if remember else {}
+def initial_options(given: dict[str, Any], remember: bool, run: str | None = None) -> tuple[PlotOptions, str, str]:
+    """The options to start with: those given, else the ones remembered (the run's own, then every
+    plot's), else the defaults; the ranks text for the control; and where the smoothing came from:
+    "given", "run" (chosen on this run), "remembered" (chosen on another) or "default"."""
+    saved = plotsettings.load(run) if remember else {}
+    own = plotsettings.load_run(run) if remember and run is not None else {}
+    smooth_from = ("given" if "smooth" in given else "run" if "smooth" in own else
+                   "remembered" if "smooth" in saved else "default")
     ranks_text = saved.pop("ranks", "all")
     if "ranks" in given:
         ranks = given.pop("ranks")
@@ -76,20 +81,40 @@ def initial_options(given: dict[str, Any], remember: bool) -> tuple[PlotOptions,
     except ValueError:
         ranks_text, ranks_value = "all", None
     given.setdefault("theme", lab_theme())
-    return options(**{**saved, **given, "ranks": ranks_value}), ranks_text
+    return options(**{**saved, **given, "ranks": ranks_value}), ranks_text, smooth_from
+
+
+def smoothing_window(weight: float) -> float:
+    """The points an EMA of this weight averages over (1 / (1 - weight)): 0.6 -> 2.5, 0.97 -> 33."""
+    return 1.0 / max(1e-9, 1.0 - weight)
+
+
+def points_of(data: MetricData | pd.DataFrame | None) -> int:
+    """The most points a rank has logged."""
+    if data is None:
+        return 0
+    if not isinstance(data, MetricData):  # a DataFrame
+        return int(data.groupby("rank").size().max()) if len(data) and "rank" in data else len(data)
+    return max((len(cols.get("step", ())) for cols in data.ranks.values()), default=0)
 
 
 class MetricsPlot:
     """Interactive panels over a Run (or a fixed frame); `refresh()` reads the run and redraws."""
 
     def __init__(self, run: Run | None = None, frame: pd.DataFrame | None = None,
-                 evals: pd.DataFrame | None = None, remember: bool = True, **given: Any):
+                 evals: pd.DataFrame | None = None, remember: bool = True, key: str | None = None, **given: Any):
+        """`key`: the run folder the choices belong to (the rank filter, a smoothing chosen here); a
+        Run's own folder by default."""
         self.run = run
         self.remember = remember
+        self.key = key if key is not None else (str(run.folder) if run is not None else None)
         self.data: MetricData | pd.DataFrame | None = frame
         self.evals = evals
         self.live_run = True
-        self.opts, ranks_text = initial_options(dict(given), remember)
+        self.expected_points = 0
+        """The points the run will log (its total steps, when known): a smoothing is judged against it."""
+        self.opts, ranks_text, self.smooth_from = initial_options(dict(given), remember, self.key)
+        self._holding = False
         self.live = LiveFigure(interactive=True)
         self.live.on_view = self._on_view
         self.live.on_canvas = self._on_canvas
@@ -116,6 +141,8 @@ class MetricsPlot:
         self.theme = w.ToggleButtons(options=["light", "dark"], value=o.theme, style={"button_width": "56px"},
                                      tooltip="figure colours for JupyterLab's light or dark theme")
         self.note = w.HTML()
+        self.shown = w.HTML()
+        """Beside the figure: which ranks it leaves out, and a remembered smoothing not used here."""
         self.hover = w.HTML("<span class='wb-hover' style='font-size:90%'>&nbsp;</span>")
         self.view = w.HTML()
         for control in (self.x, self.log_y, self.smooth, self.ranks, self.theme):
@@ -126,7 +153,7 @@ class MetricsPlot:
         self.width.add_class("wb-width-sink")
         self.width.observe(self._on_width, names="value")
         self.figure_box = w.Box([self.live.canvas])
-        self.widget = w.VBox([controls, self.note, self.view, self.figure_box, self.hover, self.width,
+        self.widget = w.VBox([controls, self.note, self.shown, self.view, self.figure_box, self.hover, self.width,
                               width_probe()], layout=w.Layout(width="100%"))
         self.widget.add_class("wb-plot")
 
@@ -142,14 +169,38 @@ class MetricsPlot:
             self.live_run = not status.done
         return self.redraw()
 
-    def show(self, data: MetricData | pd.DataFrame, evals: pd.DataFrame | None = None, live: bool = True) -> str:
-        """Draw `data` (the dashboard hands over the snapshot it read)."""
+    def show(self, data: MetricData | pd.DataFrame, evals: pd.DataFrame | None = None, live: bool = True,
+             total_steps: int | None = None) -> str:
+        """Draw `data` (the dashboard hands over the snapshot it read, and the run's total steps)."""
         self.data, self.evals, self.live_run = data, evals, live
+        self.expected_points = max(self.expected_points, total_steps or 0)
         return self.redraw()
 
     def redraw(self) -> str:
+        self._fit_smoothing()
         with self._lock:
-            return self.live.update(self.data, self.evals, self.opts, live=self.live_run)
+            drawn = self.live.update(self.data, self.evals, self.opts, live=self.live_run)
+        self.shown.value = shown_html(self.opts, self.data, self._short_run)
+        return drawn
+
+    _short_run = ""
+
+    def _fit_smoothing(self) -> None:
+        """A smoothing remembered from another run that averages over more than a quarter of this run's
+        points (0.97 over a 23-step run: a flat line) gives way to the default here, and says so."""
+        points = max(self.expected_points, points_of(self.data))
+        if self.smooth_from != "remembered" or not points or smoothing_window(self.opts.smooth) <= points / 4:
+            return
+        default = PlotOptions().smooth
+        self._short_run = (f"smoothing {self.opts.smooth:g} (remembered) averages over more points than this run "
+                           f"has ({points}): {default:g} here")
+        self.smooth_from = "default"
+        self.opts = dataclasses.replace(self.opts, smooth=default)
+        self._holding = True
+        try:
+            self.smooth.value = default
+        finally:
+            self._holding = False
 
     def _on_width(self, change: Any) -> None:
         """The browser measured the output's width: the figure fills it."""
@@ -169,17 +220,21 @@ class MetricsPlot:
         old.close()
 
     def _on_controls(self) -> None:
+        if self._holding:
+            return
         try:
             ranks = parse_ranks(self.ranks.value)
         except ValueError as exc:
             self.note.value = f"<span style='color:var(--jp-ui-font-color1,#222)'>✘ {html.escape(str(exc))}</span>"
             return
         self.note.value = ""
+        if float(self.smooth.value) != self.opts.smooth:
+            self.smooth_from, self._short_run = "run", ""
         self.opts = PlotOptions(x=self.x.value, log_y=LOG_Y[self.log_y.value], smooth=float(self.smooth.value),
                                 ranks=ranks, theme=self.theme.value, panels=self.opts.panels)
         if self.remember:
             plotsettings.save({"x": self.opts.x, "log_y": self.opts.log_y, "smooth": self.opts.smooth,
-                               "ranks": self.ranks.value.strip() or "all"})
+                               "ranks": self.ranks.value.strip() or "all"}, run=self.key)
         self.redraw()
 
     def _on_view(self) -> None:
@@ -246,6 +301,26 @@ def number(value: float) -> str:
     return f"{value:,.0f}" if abs(value - round(value)) < 1e-9 or abs(value) >= 1000 else f"{value:,.4g}"
 
 
+def shown_html(opts: PlotOptions, data: MetricData | pd.DataFrame | None, short_run: str = "") -> str:
+    """What the figure leaves out, said beside it: ranks the rank filter hides; a remembered smoothing
+    not used (short_run)."""
+    parts = []
+    if opts.ranks is not None and data is not None:
+        have = sorted(data.ranks) if isinstance(data, MetricData) else \
+            sorted(int(r) for r in data["rank"].unique()) if len(data) and "rank" in data else []
+        hidden = [r for r in have if r not in opts.ranks]
+        if hidden:
+            shown = [r for r in have if r in opts.ranks]
+            parts.append(f"showing rank{'s' if len(shown) != 1 else ''} {', '.join(map(str, shown)) or 'none'} of "
+                         f"{len(have)} (the ranks box; 'all' shows every rank)")
+    if short_run:
+        parts.append(short_run)
+    if not parts:
+        return ""
+    return (f"<span class='wb-shown' style='font-size:90%;color:var(--jp-ui-font-color1,#222);border-left:3px solid "
+            f"#f57c00;padding:0 6px'>{html.escape('; '.join(parts))}</span>")
+
+
 def range_html(found: ViewRange) -> str:
     """The range line: the data each panel shows (its extent, not the axis limits)."""
     label = X_AXES.get(found.axis, found.axis)
@@ -258,5 +333,7 @@ def range_html(found: ViewRange) -> str:
                 f"{number(found.data[1])} (zoomed; x is linked across panels; the toolbar's home button resets)")
     else:
         text = f"{label} {number(found.data[0])} – {number(found.data[1])}: all data (x is linked across panels)"
+    if found.not_drawn:
+        text += "; " + "; ".join(f"{title}: {hidden_text(count)}" for title, count in found.not_drawn)
     return (f"<span class='wb-view' data-zoomed='{str(found.zoomed).lower()}' style='font-size:90%'>"
             f"{html.escape(text)}</span>")

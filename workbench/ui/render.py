@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from workbench.results.m4 import M4Band
-from workbench.results.panels import Panel, Spec, Views, choose_panels, panel_specs
+from workbench.results.panels import Panel, Spec, Views, choose_panels, not_drawn_on_log, panel_specs
 from workbench.results.plots import (
     FOREGROUND,
     THEMES,
@@ -134,6 +134,8 @@ class ViewRange:
     shown: tuple[float, float] | None
     data: tuple[float, float] | None
     zoomed: bool
+    not_drawn: tuple[tuple[str, int], ...] = ()
+    """(panel title, values <= 0 its log-y axis leaves out), for the panels that leave some out."""
 
 
 class LiveFigure:
@@ -158,6 +160,8 @@ class LiveFigure:
         self.axes: list[Any] = []
         self.artists: list[dict[str, Any]] = []
         self._layout: Any = None
+        self.not_drawn: tuple[tuple[str, int], ...] = ()
+        """Per log-y panel that leaves values out (<= 0): (its title, how many); said on the range line."""
         self._lock = threading.RLock()  # the poller thread and the kernel's draw (a zoom) share the renderer
         self._set: list[Limits] = []
         self._background: Any = None
@@ -210,6 +214,8 @@ class LiveFigure:
             panels = choose_panels(self.data, opts.panels)
             specs = [panel_specs(p, self.data, x, opts, self.views, FOREGROUND[opts.theme]) for p in panels]
             layout = (opts, x, [(p, [s.key for s in ss], use_log(p, ss, opts)) for p, ss in zip(panels, specs)])
+            self.not_drawn = tuple((p.title, n) for (p, _, log), ss in zip(layout[2], specs)
+                                   if log and (n := not_drawn_on_log(ss)))
             if layout != self._layout:
                 return self._rebuild(panels, specs, opts, x, layout)
             for artists, panel_specs_ in zip(self.artists, specs):
@@ -372,7 +378,7 @@ class LiveFigure:
         low, high = sorted(self.axes[0].get_xlim())
         shown = (max(low, extent[0]), min(high, extent[1]))
         zoomed = low > extent[0] or high < extent[1]
-        return ViewRange(axis, shown if shown[0] <= shown[1] else None, extent, zoomed)
+        return ViewRange(axis, shown if shown[0] <= shown[1] else None, extent, zoomed, self.not_drawn)
 
     def png(self) -> bytes:
         import io
