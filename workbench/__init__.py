@@ -9,12 +9,14 @@ from typing import TYPE_CHECKING, Any
 from workbench.config.scaling import scaling_table
 from workbench.config.sections import JobConfig
 from workbench.errors import (
+    ArgumentError,
     ConfigError,
     ConfigFileError,
     DamagedFileWarning,
     RunFailed,
     RunFolderError,
     SubmitError,
+    show_traceback,
 )
 
 __version__ = "0.1.0"
@@ -40,8 +42,8 @@ _LAZY = {
 }
 _MODULES = ("presets", "analysis", "sweeps")
 
-__all__ = ["JobConfig", "ConfigError", "ConfigFileError", "RunFolderError", "RunFailed", "SubmitError",
-           "DamagedFileWarning", "scaling_table", *_LAZY]
+__all__ = ["JobConfig", "ArgumentError", "ConfigError", "ConfigFileError", "RunFolderError", "RunFailed", "SubmitError",
+           "DamagedFileWarning", "scaling_table", "show_traceback", *_LAZY]
 
 if TYPE_CHECKING:
     from workbench import sweeps

@@ -1,19 +1,46 @@
 """Every error a user of the workbench can meet, in one place (all exported from ``workbench``).
 
-A ``ConfigError`` is bad input (a config field, a config file, a run folder): its message is one line
-per problem naming the field or file and the fix, and every command prints it as ``workbench: ...``
-and exits with status 2.  The others say what happened to a run."""
+A ``ConfigError`` is bad input (a config field, a config file, a run folder, an argument of the public
+API): its message is one line per problem naming the field or file and the fix, and every command prints
+it as ``workbench: ...`` and exits with status 2.  The others say what happened to a run.
+
+In IPython and Jupyter these errors show as their message alone, as the CLI prints them, not under the
+workbench's and submitit's frames (IPython's ``_render_traceback_`` hook); the full traceback is one call
+away, ``workbench.show_traceback()``.  Any other exception (a bug in the workbench) keeps its traceback."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from workbench.launch.run import RankFailure
 
+FULL_TRACEBACK_HINT = "(the full traceback: workbench.show_traceback())"
 
-class ConfigError(ValueError):
+
+class UserFacing(Exception):
+    """An error whose message is all a user needs: IPython shows it without the traceback."""
+
+    def _render_traceback_(self) -> list[str]:
+        """What IPython and Jupyter show for this exception (see the module's docstring)."""
+        return [f"\x1b[0;31m{type(self).__name__}\x1b[0m: {self}", FULL_TRACEBACK_HINT]
+
+
+def show_traceback(exc: BaseException | None = None) -> None:
+    """Print the full traceback of `exc`, by default the last error a notebook cell or the IPython prompt
+    showed (one a workbench error showed as one line included)."""
+    import traceback
+
+    exc = exc or getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    if exc is None:
+        print("no error to show: an error raised in a cell or at the prompt is kept for this", file=sys.stderr)
+        return
+    traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+
+
+class ConfigError(UserFacing, ValueError):
     """Bad input from the user: a config with one or more problems, or a config file or run folder
     that cannot be used.  `problems` lists each as one line naming the field (or file) and the fix;
     with one problem, that line is the message.  The CLI prints them and exits with status 2."""
@@ -53,18 +80,37 @@ class RunFolderError(ConfigError, FileNotFoundError):
         ConfigError.__init__(self, [message])
 
 
-class SubmitError(RuntimeError):
+class ArgumentError(ConfigError):
+    """A bad argument to a function of the public API (a plot option, compare's metrics, an export
+    format): a ConfigError (so also a ValueError) whose message is one line naming the argument and the fix."""
+
+    def __init__(self, message: str):
+        ConfigError.__init__(self, [message])
+
+
+class SubmitError(UserFacing, RuntimeError):
     """The run cannot start as asked (its folder is in use, its checkpoints cannot be read); the
     message says what to do."""
 
 
-class RunFailed(RuntimeError):
+class RunFailed(UserFacing, RuntimeError):
     """The run failed; `failure` names the rank and carries its traceback."""
 
     def __init__(self, failure: RankFailure | None, run_dir: Path):
         self.failure = failure
         what = str(failure) if failure else "the job ended without a result"
         super().__init__(f"run {run_dir} failed: {what}")
+
+    def _render_traceback_(self) -> list[str]:
+        """The cause, what followed it, and where the failing rank's own traceback is."""
+        lines = super()._render_traceback_()[:1]
+        if self.failure is not None:
+            lines += [f"  {line}" for line in self.failure.consequence_lines()]
+            if self.failure.traceback:
+                lines.append(f"(rank {self.failure.rank}'s traceback: run.exception().traceback; the full traceback "
+                             "of this call: workbench.show_traceback())")
+                return lines
+        return [*lines, FULL_TRACEBACK_HINT]
 
 
 class DamagedFileWarning(UserWarning):

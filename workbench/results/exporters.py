@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from workbench.errors import ArgumentError
 from workbench.runfolder.layout import tensorboard_rank
 from workbench.runfolder.private import make_dirs, private_umask
 
@@ -60,7 +61,7 @@ def export_metrics(run: Run, path: str | Path | None = None, format: str | None 
     the format follows the file name's suffix (default: <run>/exports/metrics.csv)."""
     fmt = (format or (Path(path).suffix.lstrip(".") if path else "csv")).lower()
     if fmt not in FORMATS:
-        raise ValueError(f"format: {fmt!r} is not one of {', '.join(FORMATS)}; name the file .csv or .parquet")
+        raise ArgumentError(f"format: {fmt!r} is not one of {', '.join(FORMATS)}; name the file .csv or .parquet")
     target = Path(path) if path else run.dir.export(fmt)
     make_dirs(target.parent)  # 0700 where made, like a run folder
     frame = run.metrics()

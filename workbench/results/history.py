@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
 from workbench.config.sections import flatten
+from workbench.errors import ArgumentError
 from workbench.launch.status import TERMINAL
 from workbench.runfolder.layout import RunDir, run_folders_in
 
@@ -372,10 +373,10 @@ def _eval_metrics(data: list[tuple[pd.DataFrame, Any]], wanted: Sequence[str] | 
     if wanted is None:
         return logged[:3]
     if isinstance(wanted, str):
-        raise ValueError(f"metrics: give a list of eval metric names, e.g. [{wanted!r}]")
+        raise ArgumentError(f"metrics: give a list of eval metric names, e.g. [{wanted!r}]")
     missing = [m for m in wanted if m not in logged]
     if missing:
-        raise ValueError(f"metrics: {missing[0]!r} was logged by none of the runs; "
+        raise ArgumentError(f"metrics: {missing[0]!r} was logged by none of the runs; "
                          f"they logged {', '.join(logged) or 'no eval metric'}")
     return list(wanted)
 

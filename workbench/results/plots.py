@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from matplotlib.figure import Figure
 
+from workbench.errors import ArgumentError
 from workbench.results.m4 import M4Band, M4Line
 from workbench.results.metricview import X_AXES
 from workbench.results.panels import (  # noqa: F401 - RANK_COLOURS, rank_colour: re-exported
@@ -101,16 +102,16 @@ def options(**given: Any) -> PlotOptions:
     """PlotOptions from keyword arguments, checked: one ValueError naming the field and the fix."""
     unknown = sorted(set(given) - set(PlotOptions.__dataclass_fields__))
     if unknown:
-        raise ValueError(f"plot option {unknown[0]!r} is not one of {', '.join(PlotOptions.__dataclass_fields__)}")
+        raise ArgumentError(f"plot option {unknown[0]!r} is not one of {', '.join(PlotOptions.__dataclass_fields__)}")
     opts = PlotOptions(**given)
     if opts.x not in X_AXES:
-        raise ValueError(f"x: {opts.x!r} is not one of {', '.join(X_AXES)}")
+        raise ArgumentError(f"x: {opts.x!r} is not one of {', '.join(X_AXES)}")
     if not 0.0 <= float(opts.smooth) < 1.0:
-        raise ValueError(f"smooth: {opts.smooth!r} is not an EMA weight; give 0 (raw) to 0.999")
+        raise ArgumentError(f"smooth: {opts.smooth!r} is not an EMA weight; give 0 (raw) to 0.999")
     if opts.theme not in THEMES:
-        raise ValueError(f"theme: {opts.theme!r} is not one of {', '.join(THEMES)}")
+        raise ArgumentError(f"theme: {opts.theme!r} is not one of {', '.join(THEMES)}")
     if opts.panels is not None and isinstance(opts.panels, str):
-        raise ValueError(f"panels: give a list of panel names, e.g. [{opts.panels!r}]")
+        raise ArgumentError(f"panels: give a list of panel names, e.g. [{opts.panels!r}]")
     return opts
 
 
@@ -207,7 +208,7 @@ def theme_rc(theme: str) -> Iterator[None]:
     import matplotlib
 
     if theme not in THEMES:
-        raise ValueError(f"theme: {theme!r} is not one of {', '.join(THEMES)}")
+        raise ArgumentError(f"theme: {theme!r} is not one of {', '.join(THEMES)}")
     rc: dict[str, Any] = {**READABLE, **THEMES[theme]}
     with matplotlib.rc_context(rc):  # type: ignore[arg-type]  # keys are rcParams names
         yield
