@@ -207,6 +207,25 @@ def test_a_script_sweep_runs_each_trial_with_its_own_option(tmp_path):
     _nothing_left(sweep)
 
 
+def test_scripts_with_their_own_argument_style_are_swept_nanogpt_and_hydra(tmp_path):
+    """nanoGPT's configurator takes only --key=value (`--learning_rate 0.002` failed its assert); a Hydra app
+    (pytorch/examples' minGPT-ddp) takes overrides, key=value, and could not be swept (issue 29)."""
+    runs = {}
+    for script, base, field in ((SCRIPTS / "nanogpt_style.py", ["--max_iters=2"], "args.learning_rate"),
+                                (SCRIPTS / "hydra_app.py", ["trainer_config.max_epochs=2"],
+                                 "args.optimizer_config.learning_rate")):
+        sweep = workbench.sweep(_cfg(tmp_path), {field: [1e-3, 1e-2]}, script=script, script_args=base,
+                                metric="score", parallel=2, pruner="none").wait(timeout=240)
+        frame = sweep.frame()
+        assert len(frame) == 2 and set(frame["state"]) == {"finished"}, (frame, sweep.events)
+        for _, row in frame.iterrows():
+            assert row["score_last"] == pytest.approx(1000 * row[field]) and row["steps"] == 2
+            runs[(script.stem, row[field])] = Run.load(row["run"]).meta["args"]
+        _nothing_left(sweep)
+    assert runs[("nanogpt_style", 1e-3)] == ["--max_iters=2", "--learning_rate=0.001"]
+    assert runs[("hydra_app", 1e-2)] == ["trainer_config.max_epochs=2", "++optimizer_config.learning_rate=0.01"]
+
+
 def test_a_script_trial_without_the_metric_fails_naming_what_it_logged(tmp_path):
     """With --steps 1 the script logs `accuracy` (not the sweep's val_loss), with --steps 0 nothing."""
     sweep = workbench.sweep(_cfg(tmp_path), {"args.steps": [1, 0]}, script=SWEEP_SCRIPT,

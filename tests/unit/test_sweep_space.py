@@ -208,11 +208,22 @@ def test_without_optuna_the_sweep_names_the_extra(monkeypatch, tmp_path):
 @pytest.mark.parametrize("base, params, argv", [
     (["--lr", "0.5", "--steps", "2"], {"args.lr": 1e-3}, ["--lr", "0.001", "--steps", "2"]),  # replaced in place
     (["--lr=0.5"], {"args.lr": 1e-2}, ["--lr=0.01"]),
-    (["--steps", "2"], {"args.lr": 1e-3, "dist.nodes": 1}, ["--steps", "2", "--lr", "0.001"]),  # appended
-    (["--steps", "2", "--", "data.txt"], {"args.amp": True}, ["--steps", "2", "--amp", "true", "--", "data.txt"]),
+    (["--steps", "2"], {"args.lr": 1e-3, "dist.nodes": 1}, ["--steps", "2", "--lr=0.001"]),  # appended, --k=v
+    (["--steps", "2", "--", "data.txt"], {"args.amp": True}, ["--steps", "2", "--amp=true", "--", "data.txt"]),
     (["--lr", "--steps", "2"], {"args.lr": 3}, ["--lr", "3", "--steps", "2"]),  # a --lr without value
-    ([], {"args.batch-size": 16, "args.optim": "sgd"}, ["--batch-size", "16", "--optim", "sgd"]),
-    (["--lrs", "1"], {"args.lr": 1e-4}, ["--lrs", "1", "--lr", "0.0001"]),  # --lrs is another option
+    ([], {"args.batch-size": 16, "args.optim": "sgd"}, ["--batch-size=16", "--optim=sgd"]),
+    (["--lrs", "1"], {"args.lr": 1e-4}, ["--lrs", "1", "--lr=0.0001"]),  # --lrs is another option
+    # nanoGPT's configurator: a config file, then --key=value only
+    (["config/train_shakespeare_char.py", "--max_iters=20"], {"args.learning_rate": 2e-3},
+     ["config/train_shakespeare_char.py", "--max_iters=20", "--learning_rate=0.002"]),
+    # Hydra (pytorch/examples' minGPT-ddp): overrides keep their style, new ones are added with ++
+    (["trainer_config.max_epochs=1", "optimizer_config.learning_rate=0.1"], {"args.optimizer_config.learning_rate": 3e-4},
+     ["trainer_config.max_epochs=1", "optimizer_config.learning_rate=0.0003"]),
+    (["trainer_config.max_epochs=1"], {"args.trainer_config.grad_norm_clip": 0.5},
+     ["trainer_config.max_epochs=1", "++trainer_config.grad_norm_clip=0.5"]),
+    (["+extra.seed=1"], {"args.extra.seed": 2}, ["+extra.seed=2"]),  # Hydra's own + kept
+    ([], {"args.trainer_config.max_epochs": 2}, ["++trainer_config.max_epochs=2"]),  # dotted: Hydra
+    (["--epochs", "1", "lr=0.1"], {"args.lr": 0.2}, ["--epochs", "1", "lr=0.2"]),  # an override among options
 ])
 def test_a_script_option_replaces_its_base_argument_or_follows_them(base, params, argv):
     assert sp.script_argv(base, params) == argv

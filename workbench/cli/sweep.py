@@ -19,8 +19,11 @@ def add_sweep_parser(sub: Any) -> None:
                            "pruning); needs the sweep extra")
     sweep.add_argument("config", nargs="?", help="YAML config file (the base of every trial; optional with --script)")
     sweep.add_argument("--script", metavar="SCRIPT.py", help="sweep a torchrun-style script's options, run as "
-                       "workbench launch runs it: --grid args.lr=1e-3,1e-2 is --lr VALUE; its base arguments "
-                       "follow --, e.g. --script train.py --grid args.lr=1e-3,1e-2 -- --epochs 1")
+                       "workbench launch runs it: --grid args.lr=1e-3,1e-2 replaces the base arguments' --lr in "
+                       "its style (--lr V, --lr=V, or Hydra's lr=V), else adds --lr=VALUE (argparse, click, "
+                       "nanoGPT's configurator), or ++lr=VALUE for a Hydra app (base arguments all key=value, or "
+                       "a dotted name: args.trainer.lr); its base arguments follow --, e.g. --script train.py "
+                       "--grid args.lr=1e-3,1e-2 -- --epochs 1")
     sweep.add_argument("-m", dest="module", metavar="MODULE", help="sweep a module's options instead, run as "
                        "python -m runs it (as workbench launch -m)")
     sweep.add_argument("--nproc", type=int, help="ranks per node (dist.procs_per_node)")

@@ -1,7 +1,7 @@
 """A script swept by `workbench.sweep(cfg, space, script="train.py", script_args=[...])` (or a module,
 `module="package.train"`, as python -m runs it): each trial runs it as `workbench.submit_script` /
 `workbench launch` does (torchrun's environment on every rank),
-with its args.* fields written as `--NAME VALUE` into the base arguments (sweeps.space.script_argv).
+with its args.* fields written into the base arguments in their style (sweeps.space.script_argv).
 The script reports its metric with `workbench.log(step=..., val_loss=...)`, read from the trial's run
 folder as any other trial's.  Kept in sweep.json, so `Sweep.load(folder)` runs the same script."""
 

@@ -171,14 +171,50 @@ def fn_kwargs(params: Mapping[str, Any]) -> dict[str, Any]:
     return {k[len(FN_PREFIX):]: v for k, v in params.items() if k.startswith(FN_PREFIX)}
 
 
+HYDRA_OVERRIDE = re.compile(r"^(\+{0,2})([A-Za-z_][\w\-]*(?:[./][\w\-@]+)*)=")
+"""A Hydra override on a command line: key=value, +key=value (add), ++key=value (add or override)."""
+
+
 def script_argv(base: Sequence[str], params: Mapping[str, Any]) -> list[str]:
-    """A trial's script arguments: each args.NAME field is `--NAME VALUE`, in place of the base
-    arguments' own --NAME (written `--NAME V` or `--NAME=V`), else added after them."""
+    """A trial's script arguments: each args.NAME field takes the place of the base arguments' own NAME, in
+    the style it is written there (`--NAME V`, `--NAME=V`, or Hydra's `NAME=V`); a NAME the base arguments
+    lack follows them as `--NAME=V` (which argparse, click and nanoGPT's configurator all read), or as
+    Hydra's `++NAME=V` (add or override) for a Hydra script: one whose base arguments are Hydra overrides
+    and no options, or, with no base arguments, a dotted NAME (trainer.lr)."""
     argv = list(base)
+    hydra = hydra_style(base)
     for field, value in params.items():
         if field.startswith(ARGS_PREFIX):
-            argv = _with_option(argv, "--" + field[len(ARGS_PREFIX):], arg_text(value))
+            name, text = field[len(ARGS_PREFIX):], arg_text(value)
+            if _override_at(argv, name) is not None or hydra or (not base and "." in name):
+                argv = _with_override(argv, name, text)
+            else:
+                argv = _with_option(argv, "--" + name, text)
     return argv
+
+
+def hydra_style(base: Sequence[str]) -> bool:
+    """Whether base arguments are a Hydra app's: overrides (key=value) and no option (-x, --name)."""
+    return bool(base) and all(HYDRA_OVERRIDE.match(a) for a in base)
+
+
+def _override_at(argv: list[str], name: str) -> int | None:
+    for i, token in enumerate(argv):
+        if token == "--":
+            return None
+        found = HYDRA_OVERRIDE.match(token)
+        if found and found.group(2) == name:
+            return i
+    return None
+
+
+def _with_override(argv: list[str], name: str, text: str) -> list[str]:
+    at = _override_at(argv, name)
+    if at is None:
+        end = argv.index("--") if "--" in argv else len(argv)
+        return [*argv[:end], f"++{name}={text}", *argv[end:]]
+    prefix = HYDRA_OVERRIDE.match(argv[at]).group(1)  # type: ignore[union-attr]  # _override_at matched it
+    return [*argv[:at], f"{prefix}{name}={text}", *argv[at + 1:]]
 
 
 def _with_option(argv: list[str], flag: str, text: str) -> list[str]:
@@ -195,7 +231,7 @@ def _with_option(argv: list[str], flag: str, text: str) -> list[str]:
             continue
         out.append(token)
         i += 1
-    return out + ([] if found else [flag, text]) + argv[i:]
+    return out + ([] if found else [f"{flag}={text}"]) + argv[i:]
 
 
 def arg_text(value: Any) -> str:
