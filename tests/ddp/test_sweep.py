@@ -251,7 +251,7 @@ def test_a_module_sweep_runs_it_as_python_m_from_the_folder_the_sweep_was_made_i
                             metric="score", pruner="none").wait(timeout=240)
     (run,) = sweep.runs
     assert sweep.frame()["state"].tolist() == ["finished"], sweep.events
-    assert run.meta["args"] == ["--steps", "1", "--lr", "0.01"] and run.meta["cwd"] == str(tmp_path)
+    assert run.meta["args"] == ["--steps", "1", "--lr=0.01"] and run.meta["cwd"] == str(tmp_path)
     assert sweep.best.value == pytest.approx(10.0) and run.config.task.name == "<script train_lr>"
     _nothing_left(sweep)
 
@@ -289,7 +289,7 @@ def test_workbench_sweep_sweeps_a_script_and_resume_runs_it_from_anywhere(tmp_pa
     assert finished["args.lr"].tolist() == [1e-3, 1e-2], frame
     for _, row in finished.iterrows():
         run = Run.load(row["run"])
-        assert run.meta["args"] == ["--steps", "2", "--gate", str(gate), "--lr", repr(row["args.lr"])]
+        assert run.meta["args"] == ["--steps", "2", "--gate", str(gate), f"--lr={row['args.lr']!r}"]
         assert run.meta["cwd"] == str(proj) and row["score_last"] == pytest.approx(1000 * row["args.lr"])
         assert run.world_size == 2
     for run_dir in frame["run"]:
