@@ -422,25 +422,22 @@ def plan_peak(spec: PeakModel) -> float:
     cfg = JobConfig.from_dict({"task": {"name": spec.task, "options": spec.options},
                                "train": {"micro_batch_size": spec.batch, "precision": spec.precision},
                                "dist": {"procs_per_node": 1}})
-    return float(workbench.plan(cfg, world_sizes=(1,))["peak_mb"].iloc[0]) * 2**20
+    return float(workbench.plan(cfg, world_sizes=(1,), probe=False)["peak_mb"].iloc[0]) * 2**20
 
 
 def _built(spec: PeakModel, device: str, fake: Any = None) -> tuple[Any, Any, Any, Any]:
     """The task from its factory (in FakeTensorMode `fake`, if given), its model on `device`, AdamW,
     one micro-batch of the configured shape."""
-    import contextlib
 
     import torch
-    from torch._subclasses.fake_tensor import FakeCopyMode
     from torch.utils.data import default_collate
 
     from workbench.engine.data import to_device
     from workbench.engine.tasks import build_task, resolve_factory
 
     torch.manual_seed(0)
-    # FakeCopyMode: what the factory deep-copies (nn.TransformerEncoder clones its layer) stays in `fake`
-    with FakeCopyMode(fake) if fake else contextlib.nullcontext():
-        task = build_task(resolve_factory(spec.task), spec.options)
+    # Not FakeCopyMode: it maps nn.TransformerEncoder's clones of its layer back to that one layer
+    task = build_task(resolve_factory(spec.task), spec.options)
     model = _moved(task.model, device) if fake else task.model.to(device)
     # foreach: torch's own choice for real CUDA parameters (its multi-tensor step, with temporaries the size
     # of all parameters); it cannot see that fake ones stand for CUDA tensors and would take the per-tensor step

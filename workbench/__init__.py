@@ -36,6 +36,7 @@ _LAZY = {
     "runs": "workbench.results.history",
     "compare": "workbench.results.history",
     "config_diff": "workbench.results.history",
+    "plan": "workbench.planning.plan",
     "sweep": "workbench.sweeps.driver",
     "Sweep": "workbench.sweeps.driver",
     "sweeps": "workbench.sweeps",

@@ -158,3 +158,34 @@ def fn_for_the_widget(steps: int, scale: float = 1.0) -> int:
     for step in range(1, steps + 1):
         workbench.log(step=step, loss=scale / step)
     return dist.get_rank()
+
+
+def data_dependent(**options) -> Task:
+    """The synthetic task whose model keeps only the positive inputs (torch.nonzero: a shape that depends on
+    the data, which fake tensors cannot trace)."""
+    import torch
+
+    task = synthetic_classification(**options)
+    inner = task.model
+
+    class KeepPositive(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            kept = x[torch.nonzero(x.sum(1) > -1e9).squeeze(1)]
+            return self.inner(kept)
+
+    task.model = KeepPositive()
+    return task
+
+
+def billion(layers: int = 20, width: int = 8192, **options) -> Task:
+    """An MLP of about 1.34 B parameters (20 x 8192 x 8192): planned, never built for real here."""
+    import torch
+
+    task = synthetic_classification(dim=width, classes=4, n_train=64, n_val=8, **options)
+    blocks = [torch.nn.Linear(width, width) for _ in range(layers)]
+    task.model = torch.nn.Sequential(*blocks, torch.nn.Linear(width, 4))
+    return task

@@ -84,11 +84,12 @@ LAYERS = {
     "runfolder": {"errors", "config", "proctree"},
     "engine": {"errors", "config", "runfolder", "proctree", "integrations"},
     "integrations": {"errors", "config", "runfolder", "engine"},
+    "planning": {"errors", "config", "engine"},
     "launch": {"errors", "config", "runfolder", "proctree", "engine", "results"},
     "results": {"errors", "config", "runfolder", "launch"},
     "sweeps": {"errors", "config", "runfolder", "proctree", "engine", "launch", "results"},
-    "cli": {"errors", "config", "runfolder", "proctree", "launch", "results", "sweeps"},
-    "ui": {"errors", "config", "runfolder", "launch", "results", "engine", "sweeps"},
+    "cli": {"errors", "config", "runfolder", "proctree", "launch", "results", "sweeps", "planning"},
+    "ui": {"errors", "config", "runfolder", "launch", "results", "engine", "sweeps", "planning"},
 }
 """Who may import whom: code that runs inside a rank (engine) reaches neither the submitting side
 nor the widgets; the run-folder contract and the config import nothing above them; sweeps sit above

@@ -1,0 +1,228 @@
+"""What one rank's training step holds in memory, traced on fake tensors: nothing of the model is allocated.
+
+The task's own factory builds the model and datasets under torch's FakeTensorMode, the engine's own
+optimizer (engine.optim) is built over it, and torch's MemTracker (torch.distributed._tools) follows two
+training steps as the engine takes them (forward under the config's autocast, backward, clipping, the
+optimizer's step with its state, zero_grad): its peak is the step's peak.  A forward pass alone gives the
+activations.  DDP adds a copy of the gradients for its buckets unless dist.gradient_as_bucket_view (the
+default) makes the gradients views of them.  A factory that cannot be traced (data-dependent shapes,
+custom ops) is built for real instead, and its memory is then its weights, gradients and optimizer state
+only, which the result says."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+    from workbench.config.sections import JobConfig
+
+MB = 2**20
+
+
+@dataclass(frozen=True)
+class StepMemory:
+    """One rank's memory for a training step at `micro_batch_size`, in bytes."""
+
+    micro_batch_size: int
+    params: int
+    grads: int
+    optimizer: int
+    activations: float
+    """Held at the end of the forward pass (nan when it could not be traced)."""
+    peak: float
+    """The step's peak, DDP's buckets included (nan when it could not be traced)."""
+    traced: bool
+    note: str = ""
+    """What was measured instead, when the step could not be traced."""
+    samples: int | None = None
+    """The training set's size, as the factory built it (None: it has no length)."""
+
+    @property
+    def per_sample(self) -> float:
+        """Activation bytes per sample of the micro-batch (what grows with it)."""
+        return self.activations / self.micro_batch_size
+
+    def at(self, micro_batch_size: int) -> float:
+        """The peak at another micro-batch: the same weights, gradients and optimizer state, the
+        activations in proportion (a model's activations grow linearly with its batch)."""
+        return self.peak + (micro_batch_size - self.micro_batch_size) * self.per_sample
+
+    def largest_batch(self, capacity: float) -> int:
+        """The largest micro-batch whose peak stays within `capacity` bytes (0: not even 1)."""
+        if self.per_sample != self.per_sample or self.per_sample <= 0:
+            return 0
+        return max(0, int((capacity - (self.peak - self.activations)) // self.per_sample))
+
+
+def step_memory(cfg: JobConfig, factory: Callable[..., Any], device: str = "cpu", fake: bool = True) -> StepMemory:
+    """The memory of one rank's training step of `cfg` on `device` (see the module's docstring); with
+    `fake` False the same tracker follows real tensors (the measurement on CPU, which keeps no allocator
+    statistics)."""
+    micro = cfg.train.micro_batch_size
+    try:
+        return _traced(cfg, factory, device, fake)
+    except Exception as exc:  # noqa: BLE001 - any factory: what cannot be traced is measured instead
+        why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
+    import torch
+
+    from workbench.engine.optim import build_optimizer
+    from workbench.engine.tasks import build_task
+
+    task = build_task(factory, dict(cfg.task.options))
+    params, grads = _weights(task.model)
+    optimizer = build_optimizer(task.model, cfg.train, cfg.train.lr)
+    state = _optimizer_bytes_expected(optimizer, torch)
+    return StepMemory(micro, params, grads, state, float("nan"), float("nan"), traced=False,
+                      note=f"the step could not be traced on fake tensors ({why}); weights, gradients and "
+                           "optimizer state only", samples=_length(task.train_dataset))
+
+
+def _length(dataset: Any) -> int | None:
+    try:
+        return len(dataset)
+    except TypeError:  # an IterableDataset
+        return None
+
+
+def _traced(cfg: JobConfig, factory: Callable[..., Any], device: str, fake: bool = True) -> StepMemory:
+    import warnings
+
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed._tools.mem_tracker import MemTracker
+    from torch.utils.data import default_collate
+
+    from workbench.engine.data import to_device
+    from workbench.engine.optim import build_optimizer
+    from workbench.engine.tasks import build_task, forward_loss
+
+    micro = cfg.train.micro_batch_size
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.train.precision)
+    kind = device.split(":")[0]
+    mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else None
+    with mode or contextlib.nullcontext():
+        # Not FakeCopyMode: it maps a deep copy back to the fake tensor it copies, so the layers a
+        # TransformerEncoder clones from one were one layer, counted once.  A plain deepcopy of a fake
+        # parameter is a new fake parameter; torch warns that it reads its (absent) data pointer.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Accessing the data pointer of FakeTensor")
+            task = build_task(factory, dict(cfg.task.options))
+        model = moved(task.model, device) if fake else task.model.to(device)
+        params, grads = _weights(model)
+        optimizer = build_optimizer(model, cfg.train, cfg.train.lr)
+        batch = to_device(default_collate([task.train_dataset[i] for i in range(micro)]), device)
+
+        def forward() -> Any:
+            with torch.autocast(kind, dtype=dtype, enabled=dtype is not None):
+                return forward_loss(model, batch, task.loss_fn)[0]
+
+        tracker = MemTracker()
+        tracker.track_external(model, optimizer)
+        with tracker:
+            loss = forward()
+            activations = _category(tracker, kind, "Activation")
+            del loss
+        tracker = MemTracker()
+        tracker.track_external(model, optimizer)
+        with tracker:
+            for _ in range(2):  # the second step with the optimizer's state, as every step after the first
+                forward().backward()
+                if cfg.train.grad_clip_norm:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip_norm)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                tracker.reset_mod_stats()  # MemTracker refuses a module's second forward otherwise
+        peak = _category(tracker, kind, "Total")
+        state = sum(t.numel() * t.element_size() for s in optimizer.state.values() for t in s.values()
+                    if isinstance(t, torch.Tensor) and t.dim() > 0)
+    buckets = 0 if cfg.dist.gradient_as_bucket_view else grads
+    return StepMemory(micro, params, grads, int(state), activations, peak + buckets, traced=True,
+                      samples=_length(task.train_dataset))
+
+
+def _category(tracker: Any, kind: str, name: str) -> float:
+    """The tracker's peak bytes of a category ("Total", "Activation") on devices of `kind`."""
+    total = 0.0
+    for dev, snap in tracker.get_tracker_snapshot("peak").items():
+        if dev.type == kind:
+            total += sum(v for k, v in snap.items() if str(getattr(k, "value", k)) == name)
+    return total
+
+
+def _weights(model: torch.nn.Module) -> tuple[int, int]:
+    """(bytes of the parameters, bytes of their gradients: the trainable ones), each shared one once."""
+    seen: dict[int, Any] = {p_id: p for p_id, p in ((id(p), p) for p in model.parameters())}
+    params = sum(p.numel() * p.element_size() for p in seen.values())
+    grads = sum(p.numel() * p.element_size() for p in seen.values() if p.requires_grad)
+    return params, grads
+
+
+def _optimizer_bytes_expected(optimizer: Any, torch: Any) -> int:
+    """The optimizer state a step will make, by kind (AdamW: two moments; SGD: a momentum buffer if any)."""
+    per_param = 2 if isinstance(optimizer, torch.optim.AdamW) else int(bool(optimizer.defaults.get("momentum")))
+    return per_param * sum(p.numel() * p.element_size() for g in optimizer.param_groups for p in g["params"])
+
+
+def moved(model: Any, device: str) -> Any:
+    """model.to(device) for a model of fake tensors: Module.to swaps each parameter in place, which torch
+    refuses for fake ones ("Cannot swap ... weakref"), so each is replaced (a shared one once)."""
+    import torch
+
+    new: dict[int, torch.nn.Parameter] = {}
+    for module in model.modules():
+        for name, param in module._parameters.items():
+            if param is not None and param.device != torch.device(device):
+                if id(param) not in new:
+                    new[id(param)] = torch.nn.Parameter(param.to(device), requires_grad=param.requires_grad)
+                module._parameters[name] = new[id(param)]
+        for name, buffer in module._buffers.items():
+            if buffer is not None:
+                module._buffers[name] = buffer.to(device)
+    return model
+
+
+def real_step_seconds(cfg: JobConfig, factory: Callable[..., Any], device: str, threads: int,
+                      repeats: int = 3) -> float:
+    """One micro-batch's forward, backward and optimizer step on real tensors, timed (the median of
+    `repeats` after one warm-up) with the rank's thread count: the compute a step costs a rank."""
+    import statistics
+    import time
+
+    import torch
+    from torch.utils.data import default_collate
+
+    from workbench.engine.data import to_device
+    from workbench.engine.optim import build_optimizer
+    from workbench.engine.tasks import build_task, forward_loss
+
+    kind = device.split(":")[0]
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.train.precision)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        task = build_task(factory, dict(cfg.task.options))
+        model = task.model.to(device)
+        optimizer = build_optimizer(model, cfg.train, cfg.train.lr)
+        batch = to_device(default_collate([task.train_dataset[i] for i in range(cfg.train.micro_batch_size)]),
+                          device)
+        times = []
+        for _ in range(repeats + 1):
+            began = time.perf_counter()
+            with torch.autocast(kind, dtype=dtype, enabled=dtype is not None):
+                loss = forward_loss(model, batch, task.loss_fn)[0]
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            if kind == "cuda":
+                torch.cuda.synchronize(device)
+            times.append(time.perf_counter() - began)
+        return statistics.median(times[1:])
+    finally:
+        torch.set_num_threads(before)
+        with contextlib.suppress(Exception):
+            del model, optimizer, batch

@@ -1,0 +1,151 @@
+"""workbench.plan: before a launch, per world size, the scaled lr and warmup, each rank's memory, whether it
+fits, the largest micro-batch that does, and the predicted speed.
+
+Memory comes from one trace of the training step on fake tensors (planning.memory); the same at every
+world size under DDP, which replicates the whole step on every rank.  The step's time is one micro-batch's
+compute measured once on this machine (a short probe on real tensors with the rank's thread count), times
+the accumulation steps, plus DDP's gradient all-reduce: 2(N-1)/N of the gradient bytes on a ring, at
+`bandwidth_gbps` (an assumption unless given: BANDWIDTH_GBPS by backend).  DDP overlaps the all-reduce
+with the backward pass, so the predicted step is an upper bound."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from workbench.config.scaling import scaled, steps_per_epoch
+from workbench.errors import ArgumentError
+from workbench.planning.memory import MB, StepMemory, real_step_seconds, step_memory
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from workbench.config.sections import JobConfig
+
+HEADROOM = 0.85
+"""The share of a device's memory a plan fills at most (the guides' max_memory_per_gpu: 0.85)."""
+BANDWIDTH_GBPS = {"gloo": 1.0, "nccl": 50.0}
+"""All-reduce bus bandwidth assumed when none is given (GB/s): gloo over TCP on one machine; NCCL within
+a node (NVLink; PCIe and across nodes are slower: give bandwidth_gbps)."""
+STRATEGIES = ("ddp",)
+COLUMNS = ["world_size", "strategy", "micro_batch_size", "effective_batch", "lr", "warmup_steps", "steps_per_epoch",
+           "params_mb", "grads_mb", "optimizer_mb", "activations_mb", "peak_mb", "device_memory_mb", "fits",
+           "max_micro_batch", "step_s", "samples_per_s", "epoch_s"]
+
+
+def plan(cfg: JobConfig, task: Callable[..., Any] | None = None, world_sizes: Iterable[int] = (1, 2, 4, 8),
+         strategies: Iterable[str] = ("ddp",), device_memory_gb: float | None = None, headroom: float = HEADROOM,
+         device: str | None = None, bandwidth_gbps: float | None = None, probe: bool = True) -> pd.DataFrame:
+    """One row per world size and strategy (COLUMNS; per rank): the config's micro-batch, effective batch,
+    scaled lr and warmup, steps per epoch; params, grads, optimizer state, activations and peak memory in
+    MiB; the device's memory, whether the peak fits within `headroom` of it, and the largest micro-batch
+    that does; the predicted step time, samples/s and epoch time (without `probe`, or when the probe
+    fails: empty).  `task`: the factory (default: the config's task); `device`: "cuda" or "cpu" (default:
+    cuda where there is one); `device_memory_gb`: the memory of the device the job will have (default: this
+    machine's GPU, or on CPU its memory shared by the ranks of a node).  What was traced, measured or assumed
+    is in the frame's attrs["notes"]."""
+    import pandas as pd
+    import torch
+
+    from workbench.engine.tasks import resolve_factory
+
+    sizes = sorted({int(n) for n in world_sizes})
+    if not sizes or sizes[0] < 1:
+        raise ArgumentError(f"world_sizes: {list(world_sizes)!r}; give positive whole numbers, e.g. (1, 2, 4, 8)")
+    unknown = [s for s in strategies if s not in STRATEGIES]
+    if unknown:
+        raise ArgumentError(f"strategies: {unknown[0]!r} is not one of {', '.join(STRATEGIES)} (FSDP2 plans come "
+                            "with the fsdp2 strategy)")
+    if not 0 < headroom <= 1:
+        raise ArgumentError(f"headroom: {headroom!r}; give the share of the device's memory to fill, e.g. 0.85")
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    factory = task or resolve_factory(cfg.task.name)
+    memory = step_memory(cfg, factory, device)
+    capacity_mb = device_memory_gb * 1024 if device_memory_gb else device_memory_mb(device, cfg)
+    notes = [f"memory: {'traced on fake tensors (torch MemTracker)' if memory.traced else memory.note}"]
+    room = _available_bytes()
+    if probe and memory.traced and room is not None and memory.peak > room / 2:
+        probe = False
+        notes.append(f"step time: not measured (a real step needs {memory.peak / MB:,.0f} MiB, more than half of "
+                     f"this machine's {room / MB:,.0f} MiB available)")
+    compute_s = _probe(cfg, factory, device, notes) if probe else None
+    backend = "nccl" if device.startswith("cuda") else "gloo"
+    bandwidth = bandwidth_gbps or BANDWIDTH_GBPS[backend]
+    if compute_s is not None:
+        notes.append(f"step time: one micro-batch measured on this machine ({compute_s * 1000:.1f} ms) x "
+                     f"{cfg.train.grad_accum_steps} accumulation steps, plus the gradient all-reduce at "
+                     f"{bandwidth:g} GB/s ({'given' if bandwidth_gbps else 'assumed for ' + backend})")
+    rows = [_row(cfg, n, strategy, memory, capacity_mb, headroom, compute_s, bandwidth)
+            for n in sizes for strategy in strategies]
+    frame = pd.DataFrame(rows, columns=COLUMNS)
+    frame.attrs["notes"] = notes
+    return frame
+
+
+def _row(cfg: JobConfig, n: int, strategy: str, memory: StepMemory, capacity_mb: float, headroom: float,
+         compute_s: float | None, bandwidth_gbps: float) -> dict[str, Any]:
+    t = cfg.train
+    s = scaled(cfg, n)
+    size = cfg.task.train_samples or memory.samples  # the factory's own dataset, when the config does not say
+    steps = steps_per_epoch(size, t.micro_batch_size, t.grad_accum_steps, n, cfg.data.drop_last) if size else None
+    step_s = None
+    if compute_s is not None:
+        ring = 2 * (n - 1) / n * memory.grads / (bandwidth_gbps * 1e9) if n > 1 else 0.0
+        step_s = compute_s * t.grad_accum_steps + ring
+    usable = capacity_mb * headroom
+    return {
+        "world_size": n, "strategy": strategy, "micro_batch_size": t.micro_batch_size,
+        "effective_batch": s.effective_batch, "lr": s.lr, "warmup_steps": s.warmup_steps, "steps_per_epoch": steps,
+        "params_mb": memory.params / MB, "grads_mb": memory.grads / MB, "optimizer_mb": memory.optimizer / MB,
+        "activations_mb": memory.activations / MB, "peak_mb": memory.peak / MB, "device_memory_mb": capacity_mb,
+        "fits": bool(memory.peak / MB <= usable) if memory.traced else None,
+        "max_micro_batch": memory.largest_batch(usable * MB) if memory.traced else None,
+        "step_s": step_s, "samples_per_s": s.effective_batch / step_s if step_s else None,
+        "epoch_s": steps * step_s if steps and step_s else None,
+    }
+
+
+def _probe(cfg: JobConfig, factory: Callable[..., Any], device: str, notes: list[str]) -> float | None:
+    threads = cfg.dist.threads_per_rank or max(1, (os.cpu_count() or 1) // cfg.dist.procs_per_node)
+    try:
+        return real_step_seconds(cfg, factory, device, threads)
+    except Exception as exc:  # noqa: BLE001 - a probe that cannot run leaves the speed unknown, said why
+        notes.append(f"step time: not measured ({type(exc).__name__}: {str(exc)[:160]})")
+        return None
+
+
+def _available_bytes() -> float | None:
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return float(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def device_memory_mb(device: str, cfg: JobConfig) -> float:
+    """A rank's device memory: the GPU's own, or on CPU this machine's memory shared by a node's ranks."""
+    import torch
+
+    if device.startswith("cuda"):
+        index = int(device.split(":")[1]) if ":" in device else 0
+        return torch.cuda.get_device_properties(index).total_memory / MB
+    total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return total / MB / max(1, cfg.dist.procs_per_node)
+
+
+def fit_text(frame: pd.DataFrame, headroom: float = HEADROOM) -> list[str]:
+    """One line per row that does not fit, with the ways out: "world size 8 (ddp): 21400 MiB a rank >
+    16384 MiB x 0.85: micro-batch <= 6"."""
+    lines = []
+    for _, row in frame.iterrows():
+        if row["fits"] is False:
+            best = int(row["max_micro_batch"] or 0)
+            way = f"micro-batch <= {best}" if best else "a smaller model or a larger device (no micro-batch fits)"
+            lines.append(f"world size {row['world_size']} ({row['strategy']}): {row['peak_mb']:.0f} MiB a rank > "
+                         f"{row['device_memory_mb']:.0f} MiB x {headroom:g}: {way}")
+    return lines
+
