@@ -314,8 +314,10 @@ def _write(tmp_path, cfg: JobConfig, name: str = "job.yaml") -> str:
 
 
 def _table_rows(out: str) -> list[list[str]]:
-    *table, note = out.strip().splitlines()
-    assert note.startswith("lr ") and "tuned at effective batch" in note, note  # where the lr scales from
+    lines_out = out.strip().splitlines()
+    at = next(i for i, line in enumerate(lines_out) if line.startswith("lr "))
+    table, note = lines_out[:at], lines_out[at]
+    assert "tuned at effective batch" in note, note  # where the lr scales from
     lines = [line.split() for line in table]
     assert lines[0] == COLUMNS
     return lines[1:]
@@ -325,6 +327,7 @@ def test_cli_table(tmp_path, capsys):
     path = _write(tmp_path, guide())
     assert main(["table", path, "--dataset-size", "100000"]) == 0
     out = capsys.readouterr().out
+    assert "steps_per_epoch: —" not in out  # the dataset's size was given
     assert out.strip().splitlines()[-1] == ("lr 5e-05 and warmup 5000 tuned at effective batch 64 (16 x 4 x 1 rank: "
                                             "train.lr_ref_world_size; set train.lr_ref_batch to keep it when the "
                                             "per-rank batch changes); linear rule: lr x effective batch / 64")
@@ -350,9 +353,20 @@ def test_cli_table_options(tmp_path, capsys):
 def test_cli_table_compare(tmp_path, capsys):
     path = _write(tmp_path, guide())
     assert main(["table", path, "--compare"]) == 0
-    rows = _table_rows(capsys.readouterr().out)
+    out = capsys.readouterr().out
+    assert "steps_per_epoch: — (the dataset's size is not in the config: set task.train_samples" in out
+    rows = _table_rows(out)
     assert len(rows) == 16
     assert {(row[0], row[1]) for row in rows} == {(str(n), r) for n in SIZES for r in RULES}
+
+
+def test_cli_table_plan_says_memory_fit_and_what_does_not_fit(tmp_path, capsys):
+    path = _write(tmp_path, guide(task={"options": {"n_train": 512}}))
+    assert main(["table", path, "--world-sizes", "1,2", "--plan", "--device-memory-gb", "0.000001"]) == 0
+    out = capsys.readouterr().out
+    assert "plan (per rank; MiB):" in out and "memory: traced on fake tensors (torch MemTracker)" in out
+    assert out.count("does not fit: world size ") == 2 and " MiB x 0.85: a smaller model or a larger device" in out
+    assert " NO " in out and "0 MiB a rank" not in out, out
 
 
 def test_cli_check_ok(tmp_path, capsys):

@@ -159,7 +159,34 @@ def cmd_table(args: argparse.Namespace) -> int:
         steps_per_epoch=table["steps_per_epoch"].map(lambda v: "—" if v is None or v != v else str(int(v))))
     print(table_for_people(shown, index=False))
     print(reference_note(cfg))
+    if table["steps_per_epoch"].isna().all():
+        print("steps_per_epoch: — (the dataset's size is not in the config: set task.train_samples or "
+              "--dataset-size N; --plan counts the factory's own dataset)")
+    if args.plan:
+        _print_plan(cfg, sizes, args.device_memory_gb)
     return 0
+
+
+PLAN_SHOWN = ["world_size", "micro_batch_size", "params_mb", "grads_mb", "optimizer_mb", "activations_mb", "peak_mb",
+              "device_memory_mb", "fits", "max_micro_batch", "step_s", "samples_per_s", "epoch_s"]
+
+
+def _print_plan(cfg: Any, sizes: list[int], device_memory_gb: float | None) -> None:
+    from workbench.planning.plan import fit_text, plan
+
+    frame = plan(cfg, world_sizes=sizes, device_memory_gb=device_memory_gb)
+    shown = frame[PLAN_SHOWN].copy()
+    for column in ("params_mb", "grads_mb", "optimizer_mb", "activations_mb", "peak_mb", "device_memory_mb"):
+        shown[column] = shown[column].map(lambda v: "—" if v != v else f"{v:,.0f}" if v >= 100 else f"{v:.3g}")
+    shown["fits"] = shown["fits"].map({True: "yes", False: "NO"}).fillna("—")
+    for column in ("step_s", "samples_per_s", "epoch_s"):
+        shown[column] = shown[column].map(lambda v: "—" if v is None or v != v else f"{v:.4g}")
+    print("\nplan (per rank; MiB):")
+    print(table_for_people(shown, index=False))
+    for line in fit_text(frame):
+        print(f"does not fit: {line}")
+    for note in frame.attrs["notes"]:
+        print(note)
 
 
 def cmd_bench_scaling(args: argparse.Namespace) -> int:

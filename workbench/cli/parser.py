@@ -73,6 +73,10 @@ def _parser() -> argparse.ArgumentParser:
     table.add_argument("--rule", choices=["none", "linear", "sqrt", "capped"], help="scaling.rule")
     table.add_argument("--compare", action="store_true", help="every rule side by side")
     table.add_argument("--dataset-size", type=int, help="training samples (default: task.train_samples)")
+    table.add_argument("--plan", action="store_true", help="also each rank's memory (traced on fake tensors), "
+                       "whether it fits, the largest micro-batch that does, and the predicted speed (workbench.plan)")
+    table.add_argument("--device-memory-gb", type=float, help="with --plan: the memory of the device the job will "
+                       "have (default: this machine's GPU, or its memory shared by a node's ranks)")
     table.set_defaults(func=cmd_table)
 
     bench = sub.add_parser("bench-scaling", help="measure throughput, speedup and efficiency with short real "

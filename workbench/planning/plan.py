@@ -145,7 +145,11 @@ def fit_text(frame: pd.DataFrame, headroom: float = HEADROOM) -> list[str]:
         if row["fits"] is False:
             best = int(row["max_micro_batch"] or 0)
             way = f"micro-batch <= {best}" if best else "a smaller model or a larger device (no micro-batch fits)"
-            lines.append(f"world size {row['world_size']} ({row['strategy']}): {row['peak_mb']:.0f} MiB a rank > "
-                         f"{row['device_memory_mb']:.0f} MiB x {headroom:g}: {way}")
+            lines.append(f"world size {row['world_size']} ({row['strategy']}): {_mb(row['peak_mb'])} MiB a rank > "
+                         f"{_mb(row['device_memory_mb'])} MiB x {headroom:g}: {way}")
     return lines
 
+
+
+def _mb(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
