@@ -386,6 +386,10 @@ class Sweep:
         self.say(f"trial {number} pruned at step {active.reported} ({self.metric} {active.last:.4g})")
 
     def _finish(self, number: int, active: Active, state: str) -> None:
+        if state == "pruned":  # followed again after a driver that pruned it stopped before telling Optuna
+            self._tell(number, active, "PRUNED", outcome="pruned")
+            self.say(f"trial {number} pruned: its run was pruned by the driver before")
+            return
         if state == "finished" and active.last is not None:
             self._tell(number, active, "COMPLETE", value=active.last, outcome="finished")
             best = self.study.best_trial
