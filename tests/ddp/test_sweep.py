@@ -1,6 +1,7 @@
 """Sweeps, for real: a grid of 2-rank and 1-rank runs two at a time, a diverging trial pruned (its
-run cancelled, its processes gone), a sweep whose driver is killed resumed by Sweep.load without
-repeating a finished trial, a sweep through a warm pool, `workbench sweep` from a terminal (Ctrl-C
+run stopped and in the state "pruned", with when and why, its processes gone), a sweep whose driver
+is killed resumed by Sweep.load without repeating a finished trial, a sweep through a warm pool with
+no pruner named running every point, `workbench sweep` from a terminal (Ctrl-C
 cancelling every trial, --resume finishing the grid), and what else is swept: a script's options (args.*, from
 Python and from the terminal, resumed), a function's arguments (fn.*) and a task factory's options."""
 
@@ -73,14 +74,18 @@ def test_a_diverging_trial_is_pruned_its_run_cancelled_and_its_processes_gone(tm
     row = sweep.frame().iloc[0]
     assert row["state"] == "pruned", row
     run = Run.load(row["run"])
-    assert run.status().state == "cancelled" and run.meta["pruned"]["step"] >= 1
+    status = run.status()  # one state wherever a run's state is shown: not "cancelled" here
+    assert status.state == "pruned" and status.progress_line().startswith("pruned · ")
+    assert run.wait(timeout=60).state == "pruned" and run.meta["pruned"]["step"] >= 1
     value = run.meta["pruned"]["value"]
     assert value is None or value != value or value > 5.0  # NaN (or dropped as not a number), or blown up
-    assert "pruned" in run.meta["cancelled_by"]
+    why = run.meta["pruned"]["why"]  # when and why, in the pruner's terms
+    assert why.startswith(f"pruned at step {run.meta['pruned']['step']}: loss ") and why.endswith("(ThresholdPruner)")
+    assert "above the upper bound 5" in why or "is NaN" in why, why
+    assert row["note"] == why and why in run.meta["cancelled_by"] and f"trial 0 {why}" in sweep.events
     assert workbench.runs(tmp_path / "runs").set_index("folder").loc[str(run.folder), "status"] == "pruned"
     trial = sweep.study.get_trials()[0]
     assert trial.state == optuna.trial.TrialState.PRUNED
-    assert any("pruned at step" in line for line in sweep.events)
     assert_nothing_left(run.folder)
 
 
@@ -123,9 +128,12 @@ def test_a_sweep_through_a_warm_pool_runs_each_trial_in_its_ranks_a_scripts_too(
     c = _cfg(tmp_path, procs=2, max_steps=8, eval_every_steps=4)
     with workbench.Pool(c, idle_timeout_s=300) as pool:
         pool.wait_ready(180)
-        sweep = workbench.sweep(c, {"train.lr": [1e-3, 3e-3, 1e-2]}, pool=pool, pruner="none").wait(timeout=240)
+        # no pruner named: a grid's is none (sweep.json says so) and every point runs to its end
+        sweep = workbench.sweep(c, {"train.lr": [1e-3, 3e-3, 1e-2]}, pool=pool).wait(timeout=240)
         frame = sweep.frame()
         assert set(frame["state"]) == {"finished"} and len(frame) == 3, frame
+        assert (sweep.dir.read_meta() or {})["pruner"] == "none"
+        assert isinstance(sweep.study.pruner, optuna.pruners.NopPruner)
         for run in sweep.runs:
             assert run.meta["pool"]["name"] == pool.name
         latency = frame["start_latency_s"]

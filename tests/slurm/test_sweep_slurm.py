@@ -139,7 +139,7 @@ def test_a_pruned_trial_cancels_its_element_alone(slurm_cluster, tmp_path):
     frame = sweep.frame().set_index("train.lr")
     assert frame.loc[1e4, "state"] == "pruned" and frame.loc[1e-3, "state"] == "finished", frame
     pruned, finished = Run.load(frame.loc[1e4, "run"]), Run.load(frame.loc[1e-3, "run"])
-    assert pruned.status().state == "cancelled" and "pruned" in pruned.meta["cancelled_by"]
+    assert pruned.status().state == "pruned" and "pruned" in pruned.meta["cancelled_by"]
     assert finished.status().step == 400
     (array,) = _arrays(sweep.folder)
     expected = {str(pruned.meta["job_id"]): "CANCELLED", str(finished.meta["job_id"]): "COMPLETED"}

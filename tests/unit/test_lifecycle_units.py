@@ -58,6 +58,18 @@ def test_a_cancel_after_a_failure_does_not_hide_it_and_teardown_errors_after_a_c
     assert overall_state(run, [], job_done=False, cancelled=None) == "failed"
 
 
+def test_a_cancel_by_a_sweeps_pruner_is_the_state_pruned_and_ends_the_run(tmp_path):
+    from workbench.launch.status import TERMINAL, RunStatus
+
+    run = RunDir(tmp_path).create()
+    assert overall_state(run, [], job_done=True, cancelled=50.0, pruned=True) == "pruned"
+    assert overall_state(run, [], job_done=True, cancelled=50.0, pruned=False) == "cancelled"
+    assert overall_state(run, [], job_done=False, cancelled=50.0, pruned=True) == "pending"  # still stopping
+    write_json_atomic(run.error(1), {"rank": 1, "time": 10.0})
+    assert overall_state(run, [], job_done=True, cancelled=50.0, pruned=True) == "failed"  # it failed first
+    assert "pruned" in TERMINAL and RunStatus("pruned").done and RunStatus("pruned").eta_s == 0.0
+
+
 def test_max_restarts_is_a_checked_launch_field():
     assert JobConfig().launch.max_restarts == 0
     assert JobConfig.from_dict({"launch": {"max_restarts": 2}}).launch.max_restarts == 2

@@ -68,8 +68,9 @@ def _sweep(tmp_path: Path, space: dict) -> workbench.sweeps.Sweep:
     from workbench.sweeps.study import make_pruner, make_sampler, storage
 
     folder = SweepDir(tmp_path / "sweep-x").create()
-    study = optuna.create_study(storage=storage(folder), study_name="sweep", sampler=make_sampler(None, space),
-                                pruner=make_pruner("none"))
+    sampler = make_sampler(None, space)
+    study = optuna.create_study(storage=storage(folder), study_name="sweep", sampler=sampler,
+                                pruner=make_pruner("none", sampler))
     return workbench.sweeps.Sweep(folder, study, space, _cfg(tmp_path), trials=4, parallel=2, metric="val_loss")
 
 

@@ -171,12 +171,13 @@ def test_samplers_and_pruners_by_name_and_a_bad_name_is_one_line():
     assert isinstance(make_sampler(None, grid), optuna.samplers.GridSampler)
     assert isinstance(make_sampler(None, sp.normalised({"train.lr": sp.uniform(0.1, 1)})),
                       optuna.samplers.TPESampler)
-    assert isinstance(make_pruner("none"), optuna.pruners.NopPruner)
-    assert isinstance(make_pruner(None), optuna.pruners.MedianPruner)
+    tpe = optuna.samplers.TPESampler()
+    assert isinstance(make_pruner("none", tpe), optuna.pruners.NopPruner)
+    assert isinstance(make_pruner(None, tpe), optuna.pruners.MedianPruner)
     custom = optuna.pruners.ThresholdPruner(upper=1.0)
-    assert make_pruner(custom) is custom
+    assert make_pruner(custom, tpe) is custom
     with pytest.raises(ConfigError, match="pruner: 'median2' is not one of median, percentile, hyperband, none"):
-        make_pruner("median2")
+        make_pruner("median2", tpe)
     with pytest.raises(ConfigError, match="sampler: 'grid' needs every field given as a list"):
         make_sampler("grid", sp.normalised({"train.lr": sp.uniform(0.1, 1)}))
 

@@ -40,9 +40,10 @@ LAUNCH_OPTIONS: dict[str, dict[str, Any]] = {
 }
 
 
-EXIT_CODES = ("exit status: 0 the command did what it was asked (`show` of a failed run too); 1 the job that "
-              "`run`, `launch`, `follow` or `bench-scaling` ran or followed failed; 2 a problem with your input "
-              "or environment, said in one `workbench:` line; 128+N stopped by signal N")
+EXIT_CODES = ("exit status: 0 the command did what it was asked (`show` of a failed run too; `follow` of a "
+              "trial a sweep pruned); 1 the job that `run`, `launch`, `follow` or `bench-scaling` ran or followed "
+              "failed or was cancelled, or no trial of a `sweep` finished; 2 a problem with your input or "
+              "environment, said in one `workbench:` line; 128+N stopped by signal N")
 
 
 def _parser() -> argparse.ArgumentParser:

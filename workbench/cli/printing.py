@@ -146,8 +146,9 @@ def user_fix(failure: Any) -> str | None:
 
 
 def _say_end(run: Any, status: Any, notice: FailureNotice | None = None, plot: EndPlot | None = None) -> int:
-    """The per-rank table, plot and final state; the failure if the run failed.  0 if it finished,
-    2 if it failed for a reason of the user's input or environment (said in one line), else 1."""
+    """The per-rank table, plot and final state; the failure if the run failed.  0 if it finished
+    or a sweep's pruner stopped it (a losing trial, not a failure), 2 if it failed for a reason of
+    the user's input or environment (said in one line), else 1."""
     notice = notice or FailureNotice()
     with contextlib.suppress(OSError):  # the terminal may be gone
         logged = status is None or status.records > 0  # none: no table, and no pandas to import for it
@@ -160,7 +161,7 @@ def _say_end(run: Any, status: Any, notice: FailureNotice | None = None, plot: E
         if status is not None and status.state == "failed":
             _print_failure(run, notice, status)
         print(next_steps(run.folder), flush=True)
-    if status is None or status.state != "finished":
+    if status is None or status.state not in ("finished", "pruned"):
         return 2 if notice.said is not None and user_fix(notice.said) is not None else 1
     return 0
 
@@ -394,6 +395,10 @@ def print_history(run: Any) -> None:
         print(f"[workbench] resumed from {summary.resumed_from}")
     for skipped in summary.skipped_checkpoints:
         print(f"[workbench] skipped unreadable checkpoint {skipped}")
-    if run.meta.get("cancelled"):
+    pruned = run.meta.get("pruned")
+    if isinstance(pruned, dict):  # a sweep's pruner stopped it: when and why, in its driver's words
+        sweep = Path(str(pruned.get("sweep") or "")).name or "its sweep"
+        print(f"[workbench] {pruned.get('why') or run.meta.get('cancelled_by') or 'pruned'} (sweep {sweep})")
+    elif run.meta.get("cancelled"):
         print(f"[workbench] cancelled ({run.meta.get('cancelled_by', 'by the user')})")
 

@@ -38,7 +38,9 @@ def add_sweep_parser(sub: Any) -> None:
     sweep.add_argument("--metric", default="val_loss", help="the metric to optimise and prune on (default val_loss)")
     sweep.add_argument("--direction", choices=["minimize", "maximize"], default="minimize")
     sweep.add_argument("--prune", default=None, metavar="PRUNER",
-                       help="median (default), percentile, hyperband or none")
+                       help="stop losing trials early: median, percentile, hyperband or none.  Default: none "
+                       "for a --grid (every point runs to its end), median for a --search (a trial worse than "
+                       "the median of the finished trials at the same step stops, once 5 have finished)")
     sweep.add_argument("--executor", dest="sweep_executor", choices=["local", "slurm", "pool"], default=None,
                        help="where trials run: fresh local ranks, SLURM jobs, or one warm pool (one after another)")
     sweep.add_argument("--name", help="the sweep's name (its folder: <run_root>/sweep-<name>-<time>)")
@@ -53,7 +55,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     with stop_signals_interrupt():
         try:
             sweep, pool = _start(args)
-            print(f"[sweep] folder: {sweep.folder}", flush=True)
+            print(f"[sweep] folder: {sweep.folder}\n[sweep] pruner: {sweep.pruner}", flush=True)
             sweep.wait(on_poll=lambda _s: check_stop())
         except Interrupted as stop:
             if "sweep" in locals():
@@ -62,7 +64,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             _close(pool)
             return 128 + stop.signum
         _close(pool)
-    print(sweep.frame().drop(columns=["run"]).to_string(index=False), flush=True)
+    frame = sweep.frame()
+    print(frame.drop(columns=["run", "note"]).to_string(index=False), flush=True)
+    for number, state, note in zip(frame["number"], frame["state"], frame["note"]):
+        if isinstance(note, str) and note:  # when and why a trial was pruned, why one failed
+            print(f"[sweep] trial {number} {note}" if note.startswith(state) else
+                  f"[sweep] trial {number} {state}: {note}", flush=True)
     best = sweep.best
     if best is None:
         print("[sweep] no trial finished", flush=True)

@@ -18,7 +18,7 @@ from workbench.config.sections import DistConfig, JobConfig
 from workbench.config.types import shown
 from workbench.errors import ConfigError, RunFailed, RunFolderError, SubmitError
 from workbench.launch.pooljob import PoolJob
-from workbench.launch.status import RunStatus, run_status
+from workbench.launch.status import RunStatus, pruned_mark, run_status
 from workbench.proctree import Proc, end, signal_name
 from workbench.runfolder import events as kinds
 from workbench.runfolder.causes import RankFailure, cause_of, from_record, stopped_because
@@ -165,11 +165,11 @@ class Run:
         """Where the run stands: run and rank states, steps, rate (workbench.launch.status).
         `job_done`: the job's state when the caller just asked for it."""
         done = self.job_done() if job_done is None else job_done
-        cancelled = self.meta.get("cancelled")
+        meta = self.meta
         self.metric_frames.poll()  # after job_done: once it says done, every record is on disk
-        return run_status(self.dir, self.world_size, done, cancelled, self.metric_frames.columns(("step", "time")),
-                          self.event_summary().total_steps, _job_state(self.job),
-                          lost_after_s=self._lost_after_s())
+        return run_status(self.dir, self.world_size, done, meta.get("cancelled"),
+                          self.metric_frames.columns(("step", "time")), self.event_summary().total_steps,
+                          _job_state(self.job), lost_after_s=self._lost_after_s(), pruned=pruned_mark(meta))
 
     def live_status(self) -> tuple[RunStatus, bool]:
         """(status, whether the job ended), for a view that follows the run (Run.wait, the dashboard).
@@ -193,7 +193,7 @@ class Run:
 
     def wait(self, timeout: float | None = None, poll_s: float = 0.5,
              on_poll: Callable[[Run], None] | None = None) -> RunStatus:
-        """Block until the run is finished, failed or cancelled (or `timeout` seconds passed).
+        """Block until the run is finished, failed, cancelled or pruned (or `timeout` seconds passed).
         While SLURM cannot be asked about the job, it warns once (one line in SLURM's words) and
         goes on waiting on the run folder, asking SLURM again every SCHEDULER_RETRY_S."""
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -19,8 +19,9 @@ from workbench.runfolder.rankstate import ACTIVE, liveness
 if TYPE_CHECKING:
     import pandas as pd
 
-TERMINAL = ("finished", "failed", "cancelled")
-"""A run's states once it ended: the one list (RunStatus.done, the runs table's kept rows)."""
+TERMINAL = ("finished", "failed", "cancelled", "pruned")
+"""A run's states once it ended: the one list (RunStatus.done, Run.wait, the runs table's kept rows).
+"pruned" is a cancel by a sweep's pruner (run.json's `pruned` mark, written by the sweep's driver)."""
 RATE_WINDOW_S = 30.0
 """The step rate (and so the ETA) is measured over this much of the latest logged time."""
 RATE_MIN_RECORDS = 6
@@ -56,7 +57,8 @@ class RankStatus:
 @dataclass
 class RunStatus:
     state: str
-    """pending, running, restarting (after a failure, launch.max_restarts), finished, failed, cancelled."""
+    """pending, running, restarting (after a failure, launch.max_restarts), finished, failed, cancelled,
+    pruned (cancelled by a sweep's pruner: a losing trial, not a failure)."""
     ranks: list[RankStatus] = field(default_factory=list)
     step: int = 0
     """The step every rank has reached (the slowest rank's step)."""
@@ -119,12 +121,14 @@ class RunStatus:
 
 def run_status(run: RunDir, world_size: int, job_done: bool, cancelled: float | bool | None,
                frames: Mapping[int, Columns], total_steps: int | None = None, job_state: str = "",
-               now: float | None = None, lost_after_s: float = DistConfig.lost_after_s) -> RunStatus:
+               now: float | None = None, lost_after_s: float = DistConfig.lost_after_s,
+               pruned: bool = False) -> RunStatus:
     """Everything about where a run stands.  `frames` are the ranks' logged metrics, read after
     the status files (so a rank's final records are in them once its status says it ended);
-    `lost_after_s` is the run's dist.lost_after_s."""
+    `lost_after_s` is the run's dist.lost_after_s; `pruned`: the cancel was a sweep's pruner's
+    (pruned_mark of its run.json)."""
     ranks = rank_statuses(run, world_size, job_done, last_steps(frames), now, lost_after_s)
-    state = overall_state(run, ranks, job_done, cancelled)
+    state = overall_state(run, ranks, job_done, cancelled, pruned)
     step = min((r.step for r in ranks), default=0)
     records = sum(len(np.asarray(f["step"])) for f in frames.values() if "step" in f)
     return RunStatus(state, ranks, step, total_steps, job_state, step_rate(frames), records)
@@ -156,16 +160,24 @@ def rank_statuses(run: RunDir, world_size: int, job_done: bool, logged: dict[int
     return out
 
 
-def overall_state(run: RunDir, ranks: list[RankStatus], job_done: bool, cancelled: float | bool | None) -> str:
-    """pending, running, restarting, finished, failed or cancelled.  A cancel that came after a rank
-    failed does not hide the failure; failures that followed the cancel (ranks stopping) are moot."""
+def pruned_mark(meta: Mapping[str, Any]) -> bool:
+    """Whether a sweep's pruner stopped the run: run.json's `pruned` record (step, value, why),
+    written by the sweep's driver before it cancels the trial's run."""
+    return isinstance(meta.get("pruned"), dict)
+
+
+def overall_state(run: RunDir, ranks: list[RankStatus], job_done: bool, cancelled: float | bool | None,
+                  pruned: bool = False) -> str:
+    """pending, running, restarting, finished, failed, cancelled or pruned (a cancel by a sweep's
+    pruner).  A cancel that came after a rank failed does not hide the failure; failures that
+    followed the cancel (ranks stopping) are moot."""
     errors = [e for e in (run.read_error(r) for r in run.rank_files("errors")) if isinstance(e, dict)]
     if not errors and run.read_summary():  # every rank trained to the end together
         return "finished"
     if cancelled:
         failed_first = any(float(e.get("time") or 0) < float(cancelled) for e in errors)
         if job_done and not failed_first:
-            return "cancelled"
+            return "pruned" if pruned else "cancelled"
     if not job_done and any(r.state == "restarting" for r in ranks):
         return "restarting"
     if errors or any(r.state == "failed" for r in ranks):

@@ -35,9 +35,6 @@ WHOLE = ("world_size", "effective_batch", "steps", "total_steps")
 """Columns of whole numbers: integers (pandas' Int64, missing shown as <NA>), never floats."""
 LR_NAMES = ("lr", "learning_rate", "train/learning_rate", "lr-SGD", "lr-Adam", "lr-AdamW")
 """The learning rate, by the names jobs log it under (engine, Hugging Face, Lightning's LearningRateMonitor)."""
-ENDED_ROW = (*TERMINAL, "pruned")
-"""A row's status once its run ended (its row is kept): a run's terminal states (launch.status owns
-them), and "pruned", the row's word for a run a sweep's pruner cancelled."""
 _ROWS: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
 """folder -> (its files' sizes and times, its row): an ended run's row, kept in this process too."""
 
@@ -107,9 +104,9 @@ def cached_row(folder: Path) -> dict[str, Any]:
     row = _row_from_file(folder, signature)
     if row is None:
         row = run_row(folder)
-        if row.get("status") in ENDED_ROW:
+        if row.get("status") in TERMINAL:
             _write_row(folder, signature, row)
-    if row.get("status") in ENDED_ROW:
+    if row.get("status") in TERMINAL:
         _ROWS[key] = (signature, dict(row))
     return row
 
@@ -132,7 +129,7 @@ def _row_from_file(folder: Path, signature: tuple[Any, ...]) -> dict[str, Any] |
             not all(isinstance(entry, list) for entry in kept):
         warn_damaged(path, [(0, "not a run row (version, signature, row)")], once_key=(str(path), *_stat_of(path)))
         return None
-    if tuple(tuple(entry) for entry in kept) != signature or row.get("status") not in ENDED_ROW:
+    if tuple(tuple(entry) for entry in kept) != signature or row.get("status") not in TERMINAL:
         return None  # written for other files: the run went on, or was resumed
     return {**row, "folder": str(folder), "name": folder.name}  # the folder may have been moved or copied
 
@@ -202,9 +199,7 @@ def run_row(folder: Path) -> dict[str, Any]:
     found = [float(t) for t in (created if isinstance(created, (int, float)) else None,
                                 times.min() if len(times) else None) if t is not None]
     start = min(found) if found else None  # the folder's birth, or an earlier first record (a copied run)
-    pruned = status.state == "cancelled" and isinstance(run.meta.get("pruned"), dict)  # a sweep's pruner stopped it
-    row: dict[str, Any] = {"name": folder.name, "folder": str(folder), "status": "pruned" if pruned else status.state,
-                           "start": start,
+    row: dict[str, Any] = {"name": folder.name, "folder": str(folder), "status": status.state, "start": start,
                            "steps": status.step, "total_steps": status.total_steps, "world_size": run.world_size,
                            **_plan(run, frame), **_losses(frame)}
     if len(times) and start is not None:

@@ -310,14 +310,14 @@ class RunDir:
 
     def forget_last_attempt(self, meta: dict[str, Any]) -> None:
         """Errors, statuses, stacks, process records, results, meeting points, summary and the cancel
-        mark go; metrics, events, logs, checkpoints and earlier attempts' errors stay."""
+        and prune marks go; metrics, events, logs, checkpoints and earlier attempts' errors stay."""
         for kind in ("errors", "status", "stacks", "procs", "results"):
             for path in self.rank_files(kind).values():
                 path.unlink(missing_ok=True)
         for path in self.rendezvous_folder.glob("*.json"):
             path.unlink(missing_ok=True)
         self.summary.unlink(missing_ok=True)
-        for key in ("cancelled", "cancelled_by", "job_id", "controller", "pool"):
+        for key in ("cancelled", "cancelled_by", "pruned", "job_id", "controller", "pool"):
             meta.pop(key, None)
 
     @contextlib.contextmanager

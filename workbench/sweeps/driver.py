@@ -4,10 +4,11 @@ process through Optuna's ask-and-tell interface (never inside the ranks).
 The driver loop (`Sweep._step`) asks Optuna for a trial, submits its run (fresh ranks locally or on
 SLURM, or a warm Pool's ranks), reads the run's metric as it streams into the run folder, reports
 each new value to Optuna (`trial.report`), cancels a run the pruner stops (marked pruned in its
-run.json) and tells Optuna each outcome.  The study lives in the sweep folder (Optuna's journal file),
-so `Sweep.load(folder)` resumes it in another process: trials still running are followed again,
-finished ones are not repeated, and trials whose run never started or died with the driver are
-queued again with the same values.
+run.json, with when and why: its state is then "pruned") and tells Optuna each outcome.  A grid
+has no pruner unless one is named; a sampled search prunes with "median" once 5 trials finished.
+The study lives in the sweep folder (Optuna's journal file), so `Sweep.load(folder)` resumes it in
+another process: trials still running are followed again, finished ones are not repeated, and
+trials whose run never started or died with the driver are queued again with the same values.
 
 Where trials run: locally, up to `parallel` at once and never more ranks at once than the machine
 takes (validate.LOCAL_RANKS_PER_CORE per core); through a Pool, one after another in its warm ranks;
@@ -33,7 +34,17 @@ from workbench.runfolder.layout import RunDir, SweepDir, safe_name
 from workbench.sweeps import space as sp
 from workbench.sweeps.array import SlurmArrays, slurm_space_problems
 from workbench.sweeps.script import SweptScript
-from workbench.sweeps.study import label, make_pruner, make_sampler, optuna_module, storage, write_work
+from workbench.sweeps.study import (
+    default_pruner,
+    label,
+    make_pruner,
+    make_sampler,
+    optuna_module,
+    pruner_text,
+    storage,
+    why_pruned,
+    write_work,
+)
 from workbench.sweeps.views import Active, counted, metric_values, missing_metric, state_named
 
 if TYPE_CHECKING:
@@ -73,7 +84,10 @@ def sweep(cfg: JobConfig, space: Mapping[str, Any], *, trials: int | None = None
     val_<name>) or a logged one (loss), reported to the pruner at each eval or logged step.  `task`
     sweeps a task factory (fields task.options.*), `fn` a function run by submit_fn (fields fn.*),
     `script` a torchrun-style script run as submit_script runs it (or `module`, as python -m), with
-    `script_args` (fields args.*: args.lr is --lr VALUE; the script logs its metric with workbench.log)."""
+    `script_args` (fields args.*: args.lr is --lr VALUE; the script logs its metric with workbench.log).
+    `pruner`: "median", "percentile", "hyperband", "none" or an Optuna pruner; by default none for a
+    grid (every point runs to its end) and "median" for a sampled search (a trial worse than the
+    median of the finished trials at the same step stops, once study.STARTUP_TRIALS have finished)."""
     optuna = optuna_module()
     space = sp.normalised(space)
     cfg = cfg.replace(launch__executor=executor) if executor else cfg
@@ -84,14 +98,16 @@ def sweep(cfg: JobConfig, space: Mapping[str, Any], *, trials: int | None = None
     points = sp.grid_points(space) if sp.is_grid(space) else []  # type: ignore[arg-type]
     first = sp.apply_params(cfg, points[0] if points else {f: _corner(v) for f, v in space.items()})
     _check_target(first, pool, space, cfg)
-    made_sampler, made_pruner = make_sampler(sampler, space), make_pruner(pruner)  # a bad name: nothing made
+    made_sampler = make_sampler(sampler, space)  # a bad name (sampler or pruner): nothing made
+    made_pruner = make_pruner(pruner, made_sampler)
     folder = SweepDir.new(cfg.launch.run_root, safe_name(name or cfg.launch.name or cfg.task.name)).create()
     cfg.to_yaml(folder.config)
     write_work(folder, task, fn, fn_args)
     folder.update_meta(name=folder.root.name, space=sp.space_to_json(space), metric=metric, direction=direction,
                        trials=trials or len(points), parallel=parallel,
                        executor="pool" if pool else cfg.launch.executor,
-                       sampler=label(sampler, "grid" if points else "tpe"), pruner=label(pruner, "median"),
+                       sampler=label(sampler, "grid" if points else "tpe"),
+                       pruner=label(pruner, default_pruner(made_sampler)),
                        script=swept.to_json() if swept else None, created=time.time())
     study = optuna.create_study(storage=storage(folder), study_name="sweep", direction=direction,
                                 sampler=made_sampler, pruner=made_pruner)
@@ -191,6 +207,12 @@ class Sweep:
     @property
     def name(self) -> str:
         return self.dir.root.name
+
+    @property
+    def pruner(self) -> str:
+        """What the study's pruner does, in a few words: "none (every trial runs to its end)",
+        "median, once 5 trials finished", or an Optuna pruner's class."""
+        return pruner_text(self.study.pruner)
 
     # --- the driver ------------------------------------------------------------------------------
     def start(self, background: bool = True) -> Sweep:
@@ -378,14 +400,22 @@ class Sweep:
             self._finish(number, active, status.state)
 
     def _prune(self, number: int, active: Active) -> None:
-        run = active.run
+        """Stop the trial the pruner chose, saying when and why in its run.json, the trial's record
+        (its "why") and the sweep's events."""
+        run, why = active.run, why_pruned(self.study, number, self.metric)
         run.dir.update_meta(pruned={"step": active.reported, "value": active.last, "time": time.time(),
-                                    "sweep": str(self.folder)})
-        run.cancel(by=f"sweep {self.name}: pruned at step {active.reported}")
-        self._tell(number, active, "PRUNED", outcome="pruned")
-        self.say(f"trial {number} pruned at step {active.reported} ({self.metric} {active.last:.4g})")
+                                    "sweep": str(self.folder), "pruner": type(self.study.pruner).__name__,
+                                    "why": why})
+        run.cancel(by=f"sweep {self.name}: {why}")
+        self._tell(number, active, "PRUNED", outcome="pruned", why=why)
+        self.say(f"trial {number} {why}")
 
     def _finish(self, number: int, active: Active, state: str) -> None:
+        if state == "pruned":  # followed again after a driver that pruned it stopped before telling Optuna
+            why = str((active.run.meta.get("pruned") or {}).get("why") or "pruned")
+            self._tell(number, active, "PRUNED", outcome="pruned", why=why)
+            self.say(f"trial {number} {why}")
+            return
         if state == "finished" and active.last is not None:
             self._tell(number, active, "COMPLETE", value=active.last, outcome="finished")
             best = self.study.best_trial
@@ -424,7 +454,7 @@ class Sweep:
     # --- views -----------------------------------------------------------------------------------
     def frame(self) -> pd.DataFrame:
         """One row per trial: number, state, the swept fields, the metric's best and last value,
-        steps, seconds, start latency and the run folder."""
+        steps, seconds, start latency, a note (why it was pruned, or why it failed) and the run folder."""
         from workbench.sweeps.views import trial_frame
 
         return trial_frame(self)

@@ -3,6 +3,7 @@ the sweep folder, samplers and pruners by name, and the swept task or function k
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -11,6 +12,10 @@ from workbench.runfolder.layout import SweepDir
 from workbench.sweeps import space as sp
 
 PRUNERS = ("median", "percentile", "hyperband", "none")
+STARTUP_TRIALS = 5
+"""Trials that must have finished before "median" or "percentile" prunes one: Optuna's own default
+(MedianPruner's n_startup_trials); each trial is then judged from its first report (n_warmup_steps=0,
+Optuna's default too)."""
 SAMPLERS = ("grid", "tpe", "random")
 INSTALL = 'pip install "workbench[sweep]"'
 
@@ -71,18 +76,98 @@ def make_sampler(given: Any, space: Mapping[str, Any]) -> Any:
     raise ConfigError([f"sampler: {name!r} is not one of {', '.join(SAMPLERS)}; or pass an Optuna sampler"])
 
 
-def make_pruner(given: Any) -> Any:
-    """A pruner by name ("median", "percentile", "hyperband", "none") or as given; default median."""
+def default_pruner(sampler: Any) -> str:
+    """The pruner a sweep gets when none is named, by the kind of its sampler: "none" for a grid
+    (Optuna's GridSampler: each point is one the user asked for, and runs to its end), "median"
+    for a sampled search (TPE, random, or another sampler given)."""
+    import optuna
+
+    return "none" if isinstance(sampler, optuna.samplers.GridSampler) else "median"
+
+
+def make_pruner(given: Any, sampler: Any) -> Any:
+    """A pruner by name ("median", "percentile", "hyperband", "none") or as given; by default
+    (`given` None) the one default_pruner(sampler) names.  "median" and "percentile" prune
+    nothing before STARTUP_TRIALS trials finished."""
     optuna = optuna_module()
     if given is not None and not isinstance(given, str):
         return given
-    made = {"median": lambda: optuna.pruners.MedianPruner(n_startup_trials=2),
-            "percentile": lambda: optuna.pruners.PercentilePruner(25.0, n_startup_trials=2),
+    name = given or default_pruner(sampler)
+    made = {"median": lambda: optuna.pruners.MedianPruner(n_startup_trials=STARTUP_TRIALS),
+            "percentile": lambda: optuna.pruners.PercentilePruner(25.0, n_startup_trials=STARTUP_TRIALS),
             "hyperband": lambda: optuna.pruners.HyperbandPruner(),
             "none": lambda: optuna.pruners.NopPruner()}
-    if (given or "median") not in made:
+    if name not in made:
         raise ConfigError([f"pruner: {given!r} is not one of {', '.join(PRUNERS)}; or pass an Optuna pruner"])
-    return made[given or "median"]()
+    return made[name]()
+
+
+def pruner_text(pruner: Any) -> str:
+    """What the sweep's pruner does, in a few words (the sweep view's title, `workbench sweep`):
+    "none (every trial runs to its end)", "median, once 5 trials finished", or the pruner's class."""
+    import optuna
+
+    if isinstance(pruner, optuna.pruners.NopPruner):
+        return "none (every trial runs to its end)"
+    if isinstance(pruner, optuna.pruners.PercentilePruner):
+        startup = getattr(pruner, "_n_startup_trials", None)
+        after = f", once {startup} trials finished" if isinstance(startup, int) and startup > 0 else ""
+        return f"{_percentile_name(pruner)}{after}"
+    return type(pruner).__name__
+
+
+def why_pruned(study: Any, number: int, metric: str) -> str:
+    """Why the study's pruner stopped trial `number` at its last report, in the pruner's own terms:
+    "pruned at step 40: val_loss 1.23 worse than the median 0.98 of 5 finished trials at that step
+    (MedianPruner)".  Said for Optuna's percentile, median and threshold pruners; for another
+    pruner, the step, the value and the pruner's name."""
+    import optuna
+
+    pruner, trial = study.pruner, next(t for t in study.get_trials(deepcopy=False) if t.number == number)
+    step = trial.last_step
+    value = trial.intermediate_values.get(step, math.nan) if step is not None else math.nan
+    reason = f"{metric} {value:.4g}"
+    if math.isnan(value):
+        reason = f"{metric} is NaN"
+    elif isinstance(pruner, optuna.pruners.PercentilePruner):
+        reason = _against_percentile(study, pruner, trial, step, metric) or reason
+    elif isinstance(pruner, optuna.pruners.ThresholdPruner):
+        lower, upper = getattr(pruner, "_lower", -math.inf), getattr(pruner, "_upper", math.inf)
+        reason += f" above the upper bound {upper:g}" if value > upper else \
+            f" below the lower bound {lower:g}" if value < lower else ""
+    return f"pruned at step {step}: {reason} ({type(pruner).__name__})"
+
+
+def _against_percentile(study: Any, pruner: Any, trial: Any, step: int, metric: str) -> str | None:
+    """The comparison Optuna's PercentilePruner made: the trial's best value so far against the
+    percentile of the finished trials' values at this step (None if it cannot be read back)."""
+    import numpy as np
+    from optuna.trial import TrialState
+
+    percentile = getattr(pruner, "_percentile", None)
+    if not isinstance(percentile, (int, float)):
+        return None
+    maximize = study.direction.name == "MAXIMIZE"
+    done = [t.intermediate_values[step] for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if step in t.intermediate_values]
+    if not done:
+        return None
+    mark = float(np.nanpercentile(np.array(done, dtype=float), 100 - percentile if maximize else percentile))
+    values = np.array(list(trial.intermediate_values.values()), dtype=float)
+    best = float(np.nanmax(values) if maximize else np.nanmin(values))
+    latest = trial.intermediate_values[step]
+    shown = f"{metric} {latest:.4g}" + (f", its best {best:.4g}," if best != latest else "")
+    q = 100 - percentile if maximize else percentile
+    named = "median" if q == 50 else f"{q:g}th percentile"
+    return (f"{shown} worse than the {named} {mark:.4g} of {len(done)} finished "
+            f"trial{'s' if len(done) != 1 else ''} at that step")
+
+
+def _percentile_name(pruner: Any) -> str:
+    percentile = getattr(pruner, "_percentile", None)
+    if percentile == 50.0:
+        return "median"
+    return f"percentile {percentile:g}" if isinstance(percentile, (int, float)) else "percentile"
 
 
 def _grid_sampler(optuna: Any) -> Any:

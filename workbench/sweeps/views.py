@@ -51,12 +51,12 @@ LABELS = {"COMPLETE": "finished", "PRUNED": "pruned", "WAITING": "queued", "RUNN
 
 def trial_frame(sweep: Sweep) -> pd.DataFrame:
     """One row per trial: number, state, the swept fields, <metric>_best, <metric>_last, steps,
-    seconds, start_latency_s, run (its folder)."""
+    seconds, start_latency_s, note (a pruned trial's when and why, a failed one's error), run (its folder)."""
     import pandas as pd
 
     metric, fields = sweep.metric, list(sweep.space)
     columns = ["number", "state", *fields, f"{metric}_best", f"{metric}_last", "steps", "seconds",
-               "start_latency_s", "run"]
+               "start_latency_s", "note", "run"]
     rows = [_row(sweep, t, metric) for t in sweep.study.get_trials(deepcopy=False)]
     return pd.DataFrame(rows, columns=columns)
 
@@ -71,7 +71,8 @@ def _row(sweep: Sweep, t: Any, metric: str) -> dict[str, Any]:
            **t.params, f"{metric}_best": pick(series) if series else None,
            f"{metric}_last": t.value if t.value is not None else (series[-1] if series else None),
            "steps": attrs.get("steps"), "seconds": attrs.get("seconds"),
-           "start_latency_s": attrs.get("start_latency_s"), "run": attrs.get("run_dir")}
+           "start_latency_s": attrs.get("start_latency_s"), "note": attrs.get("why") or attrs.get("error"),
+           "run": attrs.get("run_dir")}
     active = sweep.active.get(t.number)
     if active is not None and t.state.name == "RUNNING":
         status = active.run.status()
@@ -81,7 +82,7 @@ def _row(sweep: Sweep, t: Any, metric: str) -> dict[str, Any]:
 
 def open_sweep(cls: type[Sweep], folder: SweepDir, pool: Any, sampler: Any, pruner: Any, stop_with_caller: bool,
                on_event: Any) -> Sweep:
-    from workbench.sweeps.study import SAMPLERS, make_pruner, make_sampler, optuna_module, read_work, storage
+    from workbench.sweeps.study import PRUNERS, SAMPLERS, make_pruner, make_sampler, optuna_module, read_work, storage
 
     meta = folder.read_meta() if folder.root.is_dir() else None
     if meta is None or "space" not in meta:
@@ -92,9 +93,10 @@ def open_sweep(cls: type[Sweep], folder: SweepDir, pool: Any, sampler: Any, prun
     optuna = optuna_module()
     space = sp.space_from_json(meta["space"])
     named = meta.get("sampler") if meta.get("sampler") in SAMPLERS else None
-    pruned = meta.get("pruner") if meta.get("pruner") in ("median", "percentile", "hyperband", "none") else None
-    study = optuna.load_study(study_name="sweep", storage=storage(folder),
-                              sampler=make_sampler(sampler or named, space), pruner=make_pruner(pruner or pruned))
+    pruned = meta.get("pruner") if meta.get("pruner") in PRUNERS else None
+    made_sampler = make_sampler(sampler or named, space)
+    study = optuna.load_study(study_name="sweep", storage=storage(folder), sampler=made_sampler,
+                              pruner=make_pruner(pruner or pruned, made_sampler))
     work = read_work(folder)
     return cls(folder, study, space, JobConfig.from_yaml(folder.config), trials=int(meta["trials"]),
                parallel=int(meta.get("parallel") or 1), metric=str(meta["metric"]), task=work.get("task"),

@@ -27,7 +27,8 @@ from workbench.ui.state import DashboardState, read_state
 if TYPE_CHECKING:
     from workbench.launch.run import Run
 
-BAR_STYLES = {"finished": "success", "failed": "danger", "cancelled": "warning"}
+BAR_STYLES = {"finished": "success", "failed": "danger", "cancelled": "warning", "pruned": "warning"}
+"""The progress bar's colour by the run's state (workbench.launch.status.TERMINAL; "info" while it goes on)."""
 LOG_TAIL_BYTES = 6000
 LOG_EVERY_S = 2.0
 

@@ -47,7 +47,7 @@ class Badge:
 @dataclass
 class DashboardState:
     state: str
-    """The run's state: pending, running, finished, failed, cancelled."""
+    """The run's state (RunStatus.state): pending, running, restarting, finished, failed, cancelled, pruned."""
     done: bool
     """The run reached a final state and its job ended: nothing will change any more."""
     step: int

@@ -73,7 +73,8 @@ class SweepView:
         done = self.sweep.count_done()
         state = "cancelled" if self.sweep.cancelled else "done" if self.sweep.done else "running"
         self.title.value = (f"<b>{html.escape(self.sweep.name)}</b> · {state} · {done}/{self.sweep.trials} "
-                            f"trials · metric {html.escape(self.sweep.metric)}")
+                            f"trials · metric {html.escape(self.sweep.metric)} · "
+                            f"pruner {html.escape(self.sweep.pruner)}")
         self.table.value = frame_html(frame)
         self.cancel_button.disabled = self.sweep.done
         self.events.value = "<br>".join(html.escape(line) for line in self.sweep.events[-6:])
