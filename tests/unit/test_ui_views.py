@@ -35,6 +35,28 @@ def test_runs_table_keeps_names_on_one_line_and_every_column_in_a_scrolling_box(
     assert view.table.value == table and view.select.layout.max_width == "100%"
 
 
+def test_every_lr_a_table_shows_says_which_lr_it_is(tmp_path):
+    """The history table showed the scaled lr, the sweep view the base lr, neither labelled (issue 29)."""
+    import pandas as pd
+
+    from workbench.config import JobConfig
+    from workbench.config.scaling import scaling_table
+    from workbench.ui.scaling_view import table_html
+    from workbench.ui.sweepview import frame_html
+
+    write_run(tmp_path, "two-ranks", 2, "linear")
+    frame = runs(tmp_path)
+    table = runs_html(frame)
+    assert frame["base_lr"].iloc[0] == 1e-3 and frame["lr"].iloc[0] == pytest.approx(2e-3)  # 2 ranks, linear
+    assert ">base lr</th>" in table and ">lr used</th>" in table
+    assert "title='train.lr as configured, before the scaling rule" in table
+    assert "title='the lr the job used: the peak it logged, or train.lr scaled" in table
+    trials = frame_html(pd.DataFrame({"number": [0], "train.lr": [1e-3], "state": ["finished"]}))
+    assert ">train.lr (base)</th>" in trials
+    scaling = table_html(scaling_table(JobConfig(), (1, 2)))
+    assert "title='train.lr scaled by the rule to this row&#x27;s effective batch'" in scaling
+
+
 def test_config_diff_headers_name_each_run_whole_wrapped_after_a_dash():
     assert wrap_name(LONG, 45) == LONG
     assert wrap_name(LONG, 12) == "quickstart-\n20261122-\n101500-123"

@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as w
 
 from workbench.results.history import runs
-from workbench.ui.tables import header_cell, scrolling
+from workbench.ui.tables import RUN_LABELS, header_cell, scrolling
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from workbench.ui.dashboard import Dashboard
 
-SHOWN = ["name", "status", "start", "duration_s", "world_size", "effective_batch", "lr", "rule", "steps",
+SHOWN = ["name", "status", "start", "duration_s", "world_size", "effective_batch", "base_lr", "lr", "rule", "steps",
          "last_loss", "best_loss"]
 CELL = "padding:2px 8px;text-align:right;color:var(--jp-ui-font-color1,#222)"
 TEXT_COLUMNS = ("name", "status", "start", "rule")
@@ -138,7 +138,7 @@ def runs_html(frame: pd.DataFrame) -> str:
     if not len(frame):
         return "<span style='color:var(--jp-ui-font-color1,#222)'>no runs yet</span>"
     shown = [c for c in SHOWN if c in frame] + [c for c in frame.columns if c.startswith("val_")]
-    head = "".join(header_cell(c, _align(c, wrap=True)) for c in shown)
+    head = "".join(header_cell(c, _align(c, wrap=True), RUN_LABELS) for c in shown)
     rows = "".join("<tr>" + "".join(f"<td style='{_align(c)}'>{_cell(row[c])}</td>" for c in shown) + "</tr>"
                    for _, row in frame.iterrows())
     return scrolling(f"<table class='wb-runs'><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")

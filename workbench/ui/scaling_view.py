@@ -10,7 +10,7 @@ import pandas as pd
 
 from workbench.config.scaling import RULES, parse_world_sizes, reference_note, scaling_table
 from workbench.errors import ConfigError
-from workbench.ui.tables import header_cell, scrolling
+from workbench.ui.tables import TABLE_LABELS, header_cell, scrolling
 
 if TYPE_CHECKING:
     from workbench.config.sections import JobConfig
@@ -48,7 +48,7 @@ def merge_measured(frame: pd.DataFrame, measured: pd.DataFrame | None) -> pd.Dat
 def table_html(frame: pd.DataFrame) -> str:
     """An HTML table; rows at the config's own world size carry class wb-selected and a highlight."""
     shown = [c for c in frame.columns if c != "selected"]
-    head = "".join(header_cell(c, "padding:2px 5px;text-align:right") for c in shown)
+    head = "".join(header_cell(c, "padding:2px 5px;text-align:right", TABLE_LABELS) for c in shown)
     rows = []
     for _, row in frame.iterrows():
         selected = bool(row.get("selected", False))

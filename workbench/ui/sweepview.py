@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
 
-from workbench.ui.tables import scrolling
+from workbench.ui.tables import RUN_LABELS, header_cell, scrolling
 
 if TYPE_CHECKING:
     from workbench.sweeps.driver import Sweep
@@ -97,7 +97,7 @@ class SweepView:
 def frame_html(frame: Any) -> str:
     """The trial table as HTML (numbers to 4 significant digits; the run folder's name only)."""
     shown = [c for c in frame.columns if c != "run"]
-    head = "".join(f"<th style='{CELL}'>{html.escape(str(c))}</th>" for c in shown)
+    head = "".join(header_cell(str(c), CELL, RUN_LABELS) for c in shown)
     rows = []
     for _, row in frame.iterrows():
         cells = "".join(f"<td style='{CELL}'>{html.escape(_cell(row[c]))}</td>" for c in shown)

@@ -28,9 +28,23 @@ def header_html(name: str) -> str:
     return "_<wbr>".join(html.escape(part) for part in parts)
 
 
-def header_cell(name: str, style: str) -> str:
-    """A <th> for column `name`; its full name is also the cell's tooltip."""
-    return f"<th title='{html.escape(name, quote=True)}' style='{style}'>{header_html(name)}</th>"
+RUN_LABELS = {
+    "lr": ("lr used", "the lr the job used: the peak it logged, or train.lr scaled by the rule to its ranks"),
+    "base_lr": ("base lr", "train.lr as configured, before the scaling rule (tuned at train.lr_ref_batch)"),
+    "scaled_lr": ("scaled lr", "train.lr scaled by the rule to the run's effective batch"),
+    "train.lr": ("train.lr (base)", "train.lr as configured, before the scaling rule scales it to the run's ranks"),
+}
+"""Columns of a run's or a trial's row whose bare name reads two ways (which lr?): the words shown and the
+tooltip that says which (the runs and sweep views)."""
+TABLE_LABELS = {"lr": ("lr", "train.lr scaled by the rule to this row's effective batch")}
+"""The scaling table's: its lr is the scaled one at each row's world size."""
+
+
+def header_cell(name: str, style: str, labels: dict[str, tuple[str, str]] | None = None) -> str:
+    """A <th> for column `name`; its full name (or what `labels` says of it) is also the cell's tooltip."""
+    shown, tip = (labels or {}).get(name, (None, name))
+    text = html.escape(shown) if shown else header_html(name)
+    return f"<th title='{html.escape(tip, quote=True)}' style='{style}'>{text}</th>"
 
 
 def scrolling(table: str) -> str:
