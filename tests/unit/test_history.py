@@ -283,3 +283,21 @@ def test_a_row_file_of_another_version_or_for_other_files_is_not_used(tmp_path, 
         kept.write_text(json.dumps({**stored, **change, "row": {**stored["row"], "steps": 7}}))
         _forget_rows_in_memory(monkeypatch)
         assert workbench.runs(tmp_path).iloc[0]["steps"] == 40  # read afresh, not the 7 in the file
+
+
+def test_workbench_runs_lists_the_runs_with_each_lr_labelled(tmp_path, capsys):
+    from tests.support.runs import write_run
+    from workbench.cli import main
+
+    write_run(tmp_path, "alpha", 2, "linear")
+    write_run(tmp_path, "beta", 1, "sqrt")
+    assert main(["runs", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[:2] == ["name", "status"] and "base_lr" in out[0] and "lr_used" in out[0]
+    assert [line.split()[0] for line in out[1:3]] == ["alpha", "beta"]
+    assert out[-1].startswith("[workbench] 2 run(s); lr_used: the peak the job logged, or train.lr scaled")
+    assert main(["runs", str(tmp_path), "--last", "1"]) == 0
+    assert [line.split()[0] for line in capsys.readouterr().out.splitlines()[1:-1]] == ["beta"]
+    assert main(["runs", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err
+    assert f"runs: {tmp_path / 'nope'} is not a folder; give a run root" in err, err

@@ -207,6 +207,29 @@ def cmd_bench_scaling(args: argparse.Namespace) -> int:
     return 0
 
 
+RUNS_SHOWN = ["name", "status", "start", "duration_s", "world_size", "effective_batch", "base_lr", "lr", "steps",
+              "last_loss", "best_loss"]
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from workbench.results.history import runs
+
+    if args.root is not None and not Path(args.root).is_dir():
+        raise ConfigError([f"runs: {args.root} is not a folder; give a run root, e.g. workbench runs runs/"])
+    frame = runs(args.root)
+    if not len(frame):
+        print(f"[workbench] no runs under {args.root or 'the run root (WORKBENCH_RUN_ROOT, else runs/)'}")
+        return 0
+    shown = frame[[c for c in RUNS_SHOWN if c in frame]].rename(columns={"base_lr": "base_lr", "lr": "lr_used"})
+    if args.last:
+        shown = shown.tail(args.last)
+    shown = shown.assign(start=shown["start"].map(lambda v: "" if v != v or v is None else f"{v:%Y-%m-%d %H:%M}"))
+    print(table_for_people(shown, index=False))
+    print(f"[workbench] {len(frame)} run(s); lr_used: the peak the job logged, or train.lr scaled to its ranks; "
+          "base_lr: train.lr as configured.  workbench show FOLDER for one")
+    return 0
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     from workbench.launch.run import Run
 

@@ -16,6 +16,7 @@ from workbench.cli.commands import (
     cmd_launch,
     cmd_pools,
     cmd_run,
+    cmd_runs,
     cmd_show,
     cmd_table,
 )
@@ -92,6 +93,12 @@ def _parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", help="print a run's status, summary and failure")
     show.add_argument("run_dir")
     show.set_defaults(func=cmd_show)
+
+    listing = sub.add_parser("runs", help="list the runs under a folder, newest last (workbench.runs(): status, "
+                             "ranks, batch, lr, losses)")
+    listing.add_argument("root", nargs="?", help="the run root (default: WORKBENCH_RUN_ROOT, else runs/)")
+    listing.add_argument("--last", type=int, default=20, help="show the last N runs (default 20; 0: all)")
+    listing.set_defaults(func=cmd_runs)
 
     export = sub.add_parser("export", help="print an equivalent sbatch script or torchrun command (CONFIG), or "
                             "export a run's metrics to TensorBoard, CSV or Parquet (RUN_DIR)")
