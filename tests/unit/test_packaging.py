@@ -24,7 +24,7 @@ PROJECT = PYPROJECT["project"]
 pytestmark = pytest.mark.timeout(30)
 
 # Import name -> distribution name, where they differ.
-DISTRIBUTION = {"yaml": "pyyaml", "PIL": "pillow", "mlflow": "mlflow-skinny"}
+DISTRIBUTION = {"yaml": "pyyaml", "PIL": "pillow", "mlflow": "mlflow-skinny", "hydra": "hydra-core"}
 OPTIONAL_EXTRAS = ("parquet", "tensorboard", "wandb", "mlflow", "sweep")
 """Extras for one feature each; their packages are imported lazily where the feature runs, and a
 missing one gives a message naming the extra (or, in a rank, a warning event)."""
