@@ -144,3 +144,20 @@ def test_slurm_refusals_are_one_line_in_slurms_own_words():
     rejected = "sbatch: error: Batch job submission failed: Node count specification invalid"
     line = slurm_failure("sbatch", rejected, 1)
     assert "Node count specification invalid" in line and "launch.slurm" in line and "\n" not in line
+
+
+def test_the_run_prints_the_lr_as_the_table_does(tmp_path, capsys):
+    """`workbench run` printed 0.00283 where `workbench table` printed 0.002828 for the same lr (issue 29)."""
+    from types import SimpleNamespace
+
+    from workbench.cli import main
+    from workbench.cli.printing import print_start
+
+    start = {"world_size": 2, "device": "cpu", "effective_batch": 128, "lr": 0.002 * 2 ** 0.5, "warmup_steps": 28,
+             "steps_per_epoch": 32, "total_steps": 60}
+    run = SimpleNamespace(event_summary=lambda: SimpleNamespace(start=start))
+    assert print_start(run)
+    said = capsys.readouterr().out
+    assert main(["table", str(REPO / "examples" / "quickstart.yaml"), "--world-sizes", "2"]) == 0
+    table = capsys.readouterr().out
+    assert "peak lr 0.002828 after 28 warmup steps" in said and " 0.002828 " in table, (said, table)

@@ -303,7 +303,7 @@ def format_records(records: dict[int, dict[str, Any]]) -> str:
         head = f"{_num(reduced[0])} " if reduced else ""
         parts.append(f"loss {head}{by_rank(records, 'loss', bracket=bool(reduced))}")
     if each("lr"):
-        parts.append(f"lr {each('lr')[0]:.3g}")  # this step's (the start line gives the peak)
+        parts.append(f"lr {each('lr')[0]:.4g}")  # this step's (the start line gives the peak)
     if each("samples_per_s"):
         parts.append(f"{sum(each('samples_per_s')):,.0f} samples/s")
     if each("step_time_s"):
@@ -350,7 +350,7 @@ def print_start(run: Any) -> bool:
     if not e or any(k not in e for k in needed):
         return False
     print(f"[workbench] {e['world_size']} ranks on {e['device']}: effective batch {e['effective_batch']}, "
-          f"peak lr {e['lr']:.3g} after {e['warmup_steps']} warmup steps, {e['steps_per_epoch']} steps/epoch, "
+          f"peak lr {e['lr']:.4g} after {e['warmup_steps']} warmup steps, {e['steps_per_epoch']} steps/epoch, "
           f"{e['total_steps']} steps in all", flush=True)
     return True
 
