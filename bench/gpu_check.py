@@ -434,34 +434,17 @@ def _built(spec: PeakModel, device: str, fake: Any = None) -> tuple[Any, Any, An
 
     from workbench.engine.data import to_device
     from workbench.engine.tasks import build_task, resolve_factory
+    from workbench.planning.memory import moved
 
     torch.manual_seed(0)
     # Not FakeCopyMode: it maps nn.TransformerEncoder's clones of its layer back to that one layer
     task = build_task(resolve_factory(spec.task), spec.options)
-    model = _moved(task.model, device) if fake else task.model.to(device)
+    model = moved(task.model, device) if fake else task.model.to(device)
     # foreach: torch's own choice for real CUDA parameters (its multi-tensor step, with temporaries the size
     # of all parameters); it cannot see that fake ones stand for CUDA tensors and would take the per-tensor step
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=device.startswith("cuda"))
     batch = to_device(default_collate([task.train_dataset[i] for i in range(spec.batch)]), device)
     return task, model, optimizer, batch
-
-
-def _moved(model: Any, device: str) -> Any:
-    """model.to(device) for a model of fake tensors: Module.to swaps each parameter in place, which
-    torch refuses for fake ones ("Cannot swap ... weakref"), so each is replaced (a shared one once)."""
-    import torch
-
-    new: dict[int, torch.nn.Parameter] = {}
-    for module in model.modules():
-        for name, param in module._parameters.items():
-            if param is not None and param.device != torch.device(device):
-                if id(param) not in new:
-                    new[id(param)] = torch.nn.Parameter(param.to(device), requires_grad=param.requires_grad)
-                module._parameters[name] = new[id(param)]
-        for name, buffer in module._buffers.items():
-            if buffer is not None:
-                module._buffers[name] = buffer.to(device)
-    return model
 
 
 def _two_steps(spec: PeakModel, device: str, built: tuple[Any, Any, Any, Any], after_step: Callable[[], None]) -> None:
