@@ -281,3 +281,34 @@ def test_write_json_atomic_then_read_round_trip(tmp_path):
     path = tmp_path / "status" / "rank0.json"
     write_json_atomic(path, {"state": "running", "time": 1.0, "step": 2})
     assert RunDir(tmp_path).read_status(0) == {"state": "running", "time": 1.0, "step": 2}
+
+
+@pytest.mark.parametrize("planted", [b'{"type": 5}', b'{"type": "ValueError", "rank": 1}', b'{"message": "x"}',
+                                     b'{"type": "ValueError", "message": "x", "rank": "1"}',
+                                     b'{"type": "ValueError", "message": "x", "rank": 1, "time": "noon"}'])
+def test_an_error_file_without_the_fields_of_one_is_damaged_not_a_failure(tmp_path, planted):
+    """issue 30, item 8: `{"type": 5}` in errors/ made a finished run read failed, "UnknownError: "."""
+    cfg = JobConfig.from_dict({"dist": {"procs_per_node": 2}, "launch": {"run_root": str(tmp_path)}})
+    run = RunDir(tmp_path / "run").prepare(cfg, "local")
+    for rank in (0, 1):
+        write_json_atomic(run.status(rank), {"rank": rank, "state": "finished", "time": time.time(), "step": 5})
+    write_json_atomic(run.summary, {"status": "finished", "steps": 5, "world_size": 2})
+    run.error(1).write_bytes(planted)
+    handle = Run(run.root)
+    with pytest.warns(DamagedFileWarning, match=r"rank1\.json: .*; read as if it were absent"):
+        status = handle.status()
+    assert status.state == "finished"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # warned once per file version, above
+        assert handle.exception(status) is None and handle.failures(status) == []
+        assert run.read_error(1) is None
+
+
+def test_the_error_records_workbench_writes_are_read_back_whole(tmp_path):
+    from workbench.runfolder.failures import controller_failure, error_record, write_controller_failure, write_error
+
+    run = RunDir(tmp_path / "run").create()
+    write_error(run, 1, error_record(1, "ValueError", "bad batch", "tb", 0, "node1", 7))
+    assert run.read_error(1)["message"] == "bad batch"
+    write_controller_failure(run, "the local controller was killed", "123", "the submitting process")
+    assert controller_failure(run, "123")["rank"] == -1  # the controller's record keeps its rank

@@ -52,7 +52,7 @@ def test_a_full_disk_is_named_with_its_path_wherever_it_was_raised():
 
 def test_a_cancel_after_a_failure_does_not_hide_it_and_teardown_errors_after_a_cancel_are_moot(tmp_path):
     run = RunDir(tmp_path).create()
-    write_json_atomic(run.error(1), {"rank": 1, "time": 100.0})
+    write_json_atomic(run.error(1), {"rank": 1, "type": "ValueError", "message": "bad", "time": 100.0})
     assert overall_state(run, [], job_done=True, cancelled=200.0) == "failed"
     assert overall_state(run, [], job_done=True, cancelled=50.0) == "cancelled"
     assert overall_state(run, [], job_done=False, cancelled=None) == "failed"
@@ -65,7 +65,7 @@ def test_a_cancel_by_a_sweeps_pruner_is_the_state_pruned_and_ends_the_run(tmp_pa
     assert overall_state(run, [], job_done=True, cancelled=50.0, pruned=True) == "pruned"
     assert overall_state(run, [], job_done=True, cancelled=50.0, pruned=False) == "cancelled"
     assert overall_state(run, [], job_done=False, cancelled=50.0, pruned=True) == "pending"  # still stopping
-    write_json_atomic(run.error(1), {"rank": 1, "time": 10.0})
+    write_json_atomic(run.error(1), {"rank": 1, "type": "ValueError", "message": "bad", "time": 10.0})
     assert overall_state(run, [], job_done=True, cancelled=50.0, pruned=True) == "failed"  # it failed first
     assert "pruned" in TERMINAL and RunStatus("pruned").done and RunStatus("pruned").eta_s == 0.0
 

@@ -9,11 +9,12 @@ belongs, fields of the wrong type, lines of megabytes, JSON nested a million dee
   skipped, counted, and reported in a `DamagedFileWarning` naming the file and the line.  NUL bytes
   around a record (a crashed writer's hole, then the next attempt's record) are stripped first.
 - A **record** needs its identity fields (`Schema.required`: `rank` and `step` whole numbers for
-  metrics; `event` as text and `rank` for events) and, when present, `time` as a finite number;
-  without them it is dropped as a whole (damaged).  Any other field of the wrong type is dropped from the
-  record and the rest kept: known fields have a type (`loss` a number, `host` text, ...); other
-  fields keep JSON scalars only (events also keep flat lists).  Whole numbers must fit in 64 bits,
-  text must be valid Unicode; control characters in text are shown escaped (no terminal escapes).
+  metrics; `event` as text and `rank` for events; `type`, `message` as text and `rank` for errors)
+  and, when present, `time` as a finite number; without them it is dropped as a whole (damaged).
+  Any other field of the wrong type is dropped from the record and the rest kept: known fields have
+  a type (`loss` a number, `host` text, ...); other fields keep JSON scalars only (events also keep
+  flat lists).  Whole numbers must fit in 64 bits, text must be valid Unicode; control characters
+  in text are shown escaped (no terminal escapes).
 - A **single JSON file** (status, error, summary, run.json; at most `MAX_FILE_BYTES`) must hold one
   JSON object; anything else reads as absent, with one warning.
 
@@ -79,6 +80,11 @@ def _rank(value: Any) -> tuple[bool, Any]:
     return type(value) is int and 0 <= value < 1 << 31, value
 
 
+def _rank_or_controller(value: Any) -> tuple[bool, Any]:
+    """A rank, or -1: the controller's own error record (errors/controller.json)."""
+    return type(value) is int and -1 <= value < 1 << 31, value
+
+
 def _optional(check: Check) -> Check:
     return lambda value: (True, None) if value is None else check(value)
 
@@ -139,9 +145,11 @@ STATUS = Schema(
     {"rank": _rank, "step": _whole, "pid": _whole, "host": _text, "attempt": _whole, "stalled": _flag,
      "in_sync": _optional(_flag), "output_lines": _whole})
 ERROR = Schema(
-    "error", {},
-    {"rank": _rank, "type": _text, "message": _text, "traceback": _text, "traceback_full": _text,
-     "time": _finite, "step": _optional(_whole), "host": _text, "attempt": _whole}, strict=())
+    "error", {"type": _text, "message": _text, "rank": _rank_or_controller},
+    {"traceback": _text, "traceback_full": _text, "time": _finite, "step": _optional(_whole), "host": _text,
+     "attempt": _whole}, strict=("time", "attempt"))
+"""Every writer (workbench.runfolder.failures.error_record) gives type, message and rank: a file
+without them (`{"type": 5}`) is damaged, not a failure with no name."""
 SUMMARY = Schema("summary", {}, {"steps": _optional(_whole), "total_steps": _whole, "status": _text,
                                  "world_size": _whole, "stop_reason": _text}, others=_anything, strict=())
 META = Schema(
