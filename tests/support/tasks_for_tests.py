@@ -189,3 +189,16 @@ def billion(layers: int = 20, width: int = 8192, **options) -> Task:
     blocks = [torch.nn.Linear(width, width) for _ in range(layers)]
     task.model = torch.nn.Sequential(*blocks, torch.nn.Linear(width, 4))
     return task
+
+
+def noting_listeners(note: str, **options) -> Task:
+    """The synthetic task; at its first training call rank 0 writes who listens on MASTER_PORT (the
+    rendezvous store: "127.0.0.1", "0.0.0.0", ...) to the JSON file `note`."""
+    import json
+
+    from tests.support.net import listening
+
+    def write(task: Task) -> None:
+        Path(note).write_text(json.dumps(listening(int(os.environ["MASTER_PORT"]))))
+
+    return _on_training_call(synthetic_classification(**options), 0, 1, write)

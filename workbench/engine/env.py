@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import socket
 from dataclasses import dataclass
+from typing import Any
 
 CONTRACT = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
@@ -93,5 +96,52 @@ def join_process_group(backend: str, env: DistEnv, timeout_s: float) -> bool:
             raise RuntimeError(f"dist.backend: the pool's process group is {held}, this job asks {backend}; "
                                f"submit it with dist.backend={held}, or start a pool for {backend}")
         return False
+    serve_store_on_loopback()
     dist.init_process_group(backend, rank=env.rank, world_size=env.world_size, timeout=timedelta(seconds=timeout_s))
     return True
+
+
+_loopback_store: tuple[int, Any] | None = None
+"""(port, the TCPStore rank 0 serves on loopback), kept for the life of the process."""
+
+
+def serve_store_on_loopback() -> None:
+    """Rank 0 of ranks that meet on loopback (a local run or pool: MASTER_ADDR 127.0.0.1) serves the
+    rendezvous store on loopback alone.  torch's env:// rendezvous has rank 0 listen on every
+    interface (`*:MASTER_PORT`), and the store has no authentication: anyone who reaches the port can
+    read and write its keys.  The TCPStore made here listens on a socket bound to MASTER_ADDR
+    (`master_listen_fd`) and is multi-tenant, as the rendezvous' own rank-0 TCPStore is, so that one
+    shares its server: init_process_group(), the engine's or a script's own, meets here.  Called
+    before the group is made (the engine, a function, a pool) and before a script runs.  Ranks that
+    meet at a node's address (SLURM) or whose store torchrun's agent hosts are left to torch."""
+    global _loopback_store
+    addr, port = os.environ.get("MASTER_ADDR", ""), int(os.environ.get("MASTER_PORT") or 0)
+    if os.environ.get("RANK") != "0" or not port or not _is_loopback(addr) \
+            or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        return
+    if _loopback_store is not None and _loopback_store[0] == port:
+        return
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((addr, port))  # a port taken meanwhile: EADDRINUSE, which the agents meet again after
+        listener.listen(512)
+        store = dist.TCPStore(addr, port, None, True, timedelta(seconds=60), wait_for_workers=False,
+                              multi_tenant=True, master_listen_fd=listener.fileno())
+    except BaseException:
+        listener.close()
+        raise
+    listener.detach()  # the store's server owns the socket now
+    _loopback_store = (port, store)
+
+
+def _is_loopback(addr: str) -> bool:
+    try:
+        return ipaddress.ip_address(addr).is_loopback
+    except ValueError:
+        return False  # a host name (SLURM's first node): its interfaces are torch's to choose

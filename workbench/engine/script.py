@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.config.sections import DistConfig
+from workbench.engine.env import serve_store_on_loopback
 from workbench.engine.monitor import RankMonitor
 from workbench.runfolder import events
 from workbench.runfolder.layout import RunDir, write_json_atomic
@@ -83,6 +84,7 @@ def run_script_rank(job: ScriptJob, run_dir: str, rank: int, attempt: int = 0) -
     saved_argv, saved_path = sys.argv, list(sys.path)
     try:
         with user_code(run_dir, rank, attempt, job, args=list(job.args)):
+            serve_store_on_loopback()  # the script's own init_process_group() meets there
             _run_main(job)
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
