@@ -13,6 +13,7 @@ from workbench.errors import (
     ConfigError,
     ConfigFileError,
     DamagedFileWarning,
+    NotSignalledWarning,
     RunFailed,
     RunFolderError,
     SubmitError,
@@ -44,7 +45,7 @@ _LAZY = {
 _MODULES = ("presets", "analysis", "sweeps")
 
 __all__ = ["JobConfig", "ArgumentError", "ConfigError", "ConfigFileError", "RunFolderError", "RunFailed", "SubmitError",
-           "DamagedFileWarning", "scaling_table", "show_traceback", *_LAZY]
+           "DamagedFileWarning", "NotSignalledWarning", "scaling_table", "show_traceback", *_LAZY]
 
 if TYPE_CHECKING:
     from workbench import sweeps

@@ -116,3 +116,9 @@ class RunFailed(UserFacing, RuntimeError):
 class DamagedFileWarning(UserWarning):
     """Bytes in a run folder that are not a valid record were skipped (the message names file and line).
     Silence with ``warnings.filterwarnings("ignore", category=DamagedFileWarning)``."""
+
+
+class NotSignalledWarning(UserWarning):
+    """A process a run or pool folder names was left alone: the folder or its record is not the
+    user's own and private, or the process is not the workbench process the record names
+    (workbench.launch.ours).  The message names the folder, the pid and why, in one line."""

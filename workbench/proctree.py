@@ -2,8 +2,9 @@
 start time (a pid the kernel has given to another process since is never signalled).
 
 Used by the agents inside the job (they end their worker's process group), the local controller
-and the Run handle (``Run.cancel`` from any process, after a kernel restart too).  No imports from
-the rest of workbench: both sides use it."""
+and the Run handle (``Run.cancel`` from any process, after a kernel restart too).  Processes a run
+or pool folder names are signalled only once workbench.launch.ours has found them provably ours.
+No imports from the rest of workbench: both sides use it."""
 
 from __future__ import annotations
 
@@ -82,6 +83,39 @@ def _stat(pid: int) -> tuple[str, int, int] | None:
 
 def _pids() -> list[int]:
     return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def group_members(pgid: int) -> list[int]:
+    """The live (not zombie) processes of process group `pgid`."""
+    if not pgid:
+        return []
+    return [pid for pid in _pids() if (found := _stat(pid)) is not None and found[1] == pgid and found[0] != "Z"]
+
+
+def command_line(pid: int) -> list[str] | None:
+    """The process's arguments (/proc/PID/cmdline); None when it is gone or they cannot be read."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    return [part.decode(errors="replace") for part in data.split(b"\0")[:-1]] if data else None
+
+
+def working_folder(pid: int) -> str | None:
+    """The process's working folder; None when it cannot be read (gone, or another user's)."""
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return None
+
+
+def owner_uid(pid: int) -> int | None:
+    """The user the process runs as (its effective uid, the owner of /proc/PID); None when gone."""
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
 
 
 def alive(procs: Iterable[Proc]) -> list[Proc]:

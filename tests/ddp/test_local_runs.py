@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,9 @@ from tests.support.lifecycle import ENDLESS, report, run_processes, wait_for_ste
 from tests.support.runs import local_cfg
 from tests.support.tasks_for_tests import failing_at, gated
 from workbench.config import JobConfig
+from workbench.errors import NotSignalledWarning
+from workbench.launch.ours import signallable
+from workbench.launch.run import ROLES
 
 pytestmark = [pytest.mark.ddp, pytest.mark.timeout(240)]
 
@@ -103,11 +107,15 @@ def test_a_killed_rank_is_named_and_the_others_stop(tmp_path):
 def test_cancel_stops_every_rank_and_keeps_results(tmp_path):
     run = workbench.submit(_cfg(tmp_path, **ENDLESS, checkpoint_every_steps=20))  # only the cancel ends it
     wait_for_step(run, 30, timeout=90)
+    ours, refused = signallable(run.dir, ROLES)  # the folder names its controller, agents and workers: all ours
+    assert refused == [] and len(ours) == 5, refused
     started = time.monotonic()
-    run.cancel()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NotSignalledWarning)
+        run.cancel()
     status = run.wait(timeout=60)
     report("Run.cancel() -> every rank stopped, run cancelled", time.monotonic() - started)
-    assert status.state == "cancelled"
+    assert status.state == "cancelled" and run.not_signalled == ""
     assert len(run.metrics()) > 0
     assert list((run.folder / "checkpoints").glob("step-*.pt"))
     assert not run_processes(run.folder)

@@ -128,6 +128,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         print(f"[workbench] run {run.folder} already ended: {before}")
         return 0
     run.cancel(by=f"workbench cancel (pid {os.getpid()})")
+    if run.not_signalled:  # said in one line (a warning): nothing of it was ours to stop
+        return 1
     status = run.status()
     print(f"[workbench] run {run.folder}: {status}")
     return 0 if status.done else 1

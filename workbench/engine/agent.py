@@ -130,7 +130,8 @@ class RankAgent:
         self._stderr_from = _stderr_size()
         self.run.elastic_error(self.rank).unlink(missing_ok=True)  # an earlier attempt's
         self.worker = worker = subprocess.Popen(
-            [sys.executable, "-m", "workbench.engine.worker", str(self.run.root), *self.worker_args],
+            # the folder whole: its command line names it wherever the worker goes (workbench.launch.ours)
+            [sys.executable, "-m", "workbench.engine.worker", os.path.abspath(self.run.root), *self.worker_args],
             env=self._worker_env(restart, number), start_new_session=True,
             preexec_fn=parent_death_signal(signal.SIGKILL), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.tee = Tee(worker, self.run.both_streams(self.rank))

@@ -92,7 +92,7 @@ class PoolAgent(RankAgent):
                GENERATION_ENV: str(self.generation), TEE_MARK_ENV: mark,
                **torchrun_env(self.pool.elastic_error(self.rank))}  # a job sets its own error file
         self.worker = worker = subprocess.Popen(
-            [sys.executable, "-m", "workbench.engine.warm", str(self.pool.root)], env=env,
+            [sys.executable, "-m", "workbench.engine.warm", os.path.abspath(self.pool.root)], env=env,
             start_new_session=True, preexec_fn=parent_death_signal(signal.SIGKILL),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.tee = Tee(worker, None, mark)  # each job's output into its run folder's logs, as a cold rank's

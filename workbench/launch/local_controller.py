@@ -22,6 +22,7 @@ from typing import Any
 from submitit.local import local as submitit_local
 
 from workbench.engine.rendezvous import REQUEUES_ENV
+from workbench.launch.ours import say_not_signalled, signallable
 from workbench.proctree import KILL_AFTER_S, Proc, end, signal_name
 from workbench.runfolder.failures import error_record, write_error
 from workbench.runfolder.layout import RunDir, read_json
@@ -105,8 +106,10 @@ class Controller(submitit_local.Controller):
     def kill_tasks(self) -> None:
         """Ask the agents to stop, then kill what is left: agents, and the workers' groups."""
         agents = [p for p in (Proc.of(t.pid) for t in self.tasks if t.poll() is None) if p is not None]
-        end(agents, STOP_GRACE_S)
-        end(self.rundir.recorded("worker"), 1.0)
+        end(agents, STOP_GRACE_S)  # our own children
+        workers, refused = signallable(self.rundir, ("worker",))  # named in the folder: checked first
+        end(workers, 1.0)
+        say_not_signalled(self.rundir.root, refused)
         for task in self.tasks:
             task.poll()
         super().kill_tasks()  # closes the log files (nothing is left to signal)

@@ -23,6 +23,7 @@ from workbench.config.sections import JobConfig
 from workbench.engine.pool_agent import DEFAULT_IDLE_TIMEOUT_S, PoolEntry
 from workbench.errors import ConfigError, SubmitError
 from workbench.launch.executors import make_executor
+from workbench.launch.ours import say_not_signalled, signallable
 from workbench.launch.pooljob import PoolJob, pool_alive
 from workbench.launch.run import Run
 from workbench.launch.submit import _start, check_before_submit, engine_job, fn_job, script_job
@@ -206,8 +207,8 @@ def _close_folder(pool: PoolDir, job: Any) -> None:
 
     pool.update_meta(mark)
     meta = pool.read_meta() or {}
-    controller = Proc.from_dict(meta.get("controller"))
-    everyone = [p for p in (controller, *pool.recorded("agent"), *pool.recorded("worker")) if p is not None]
+    everyone, refused = signallable(pool, ("controller", "agent", "worker"))  # only what is provably ours
+    say_not_signalled(pool.root, refused)
     if meta.get("executor") == "slurm":
         deadline = time.monotonic() + CLOSE_GRACE_S
         while pool_alive(pool) and time.monotonic() < deadline:

@@ -17,6 +17,7 @@ from workbench.config.scaling import effective_batch
 from workbench.config.sections import DistConfig, JobConfig
 from workbench.config.types import shown
 from workbench.errors import ConfigError, RunFailed, RunFolderError, SubmitError
+from workbench.launch.ours import say_not_signalled, signallable
 from workbench.launch.pooljob import PoolJob
 from workbench.launch.status import RunStatus, pruned_mark, run_status
 from workbench.proctree import Proc, end, signal_name
@@ -48,6 +49,8 @@ MAX_WORLD_SIZE = 1 << 16
 SCHEDULER_RETRY_S = 10.0
 """While SLURM cannot be asked about a run's job (its controller or accounting does not answer),
 a live view (Run.wait, the dashboard) asks it again this often."""
+ROLES = ("controller", "agent", "worker")
+"""The processes a local run's folder names (workbench.runfolder.layout.RunDir.named)."""
 
 
 class Run:
@@ -75,6 +78,10 @@ class Run:
         self._scheduler_said = ""
         self._asked_at = 0.0
         self._warned: str | None = None
+        self.not_signalled = ""
+        """Why the last stop left processes the folder names alone, in one line (also warned, a
+        NotSignalledWarning): the folder is not the user's own and private, or a process is not
+        the workbench process its record names (workbench.launch.ours).  "" when none was."""
 
     @classmethod
     def load(cls, run_dir: str | Path) -> Run:
@@ -204,8 +211,9 @@ class Run:
             if on_poll is not None:
                 on_poll(self)
             self._stop_survivors(status)
-            if status.done and ended:
-                return status  # read after the job ended: a rank that died shows so, never as running
+            if status.done and (ended or self.not_signalled):
+                return status  # read after the job ended (or its survivors are not ours to end): a rank that
+                # died shows so, never as running
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"run {self.folder} still {status.state} after {timeout} s: {status}")
             if status.done:  # the outcome is known, the processes are ending: look often, and cheaply
@@ -224,10 +232,15 @@ class Run:
 
     def _stop_survivors(self, status: RunStatus) -> None:
         """A rank failed: its agents end the attempt; end the job here if it is still there later
-        (not while SLURM cannot be asked: neither could it be told to cancel)."""
+        (not while SLURM cannot be asked: neither could it be told to cancel).  When none of what a
+        local run's folder names is ours to signal, there is nothing to wait for: it is said now."""
         if status.state != "failed" or status.scheduler_error or self.job_ended() is not False:
             return
-        self._failed_at = self._failed_at or time.monotonic()
+        if self._failed_at is None:
+            self._failed_at = time.monotonic()
+            if self._local() and not signallable(self.dir, ROLES)[0]:
+                self._stop_job()  # signals nothing; says why in one line
+                return
         if time.monotonic() - self._failed_at > STOP_GRACE_S:
             self._stop_job()
 
@@ -238,21 +251,26 @@ class Run:
         Run.cancel() and the process that called it)."""
         if self.job_done() and self.status().done:
             return  # it ended already: a finished run stays finished
+        if self._local():
+            ours, refused = signallable(self.dir, ROLES)
+            if refused and not ours:  # none of it is ours to stop: not marked cancelled either
+                self.not_signalled = say_not_signalled(self.folder, refused)
+                return
         self.dir.mark_cancelled(by or f"Run.cancel() in pid {os.getpid()} on {socket.gethostname()}")
         self._stop_job()
+
+    def _local(self) -> bool:
+        return isinstance(self.job, _LocalPid) or self.meta.get("executor") == "local"
 
     def _stop_job(self) -> None:
         if isinstance(self.job, PoolJob):  # this job only: the pool ends its workers and starts fresh ones
             self.job.cancel()
             self.job.wait(STOP_GRACE_S)
-        elif isinstance(self.job, _LocalPid) or self.meta.get("executor") == "local":
+        elif self._local():
             host = self.meta.get("submit_host")
             if host and host != socket.gethostname():
                 raise RuntimeError(f"run {self.folder} runs on {host}: cancel it there (workbench cancel)")
-            controller = _controller(self.meta) or (self.job.proc if isinstance(self.job, _LocalPid) else None)
-            # The controller asks the agents, they end their workers; then whatever is left is killed.
-            end([controller] if controller else [], STOP_GRACE_S)
-            end(self.dir.recorded("agent") + self.dir.recorded("worker"), 1.0)
+            self.not_signalled = stop_local(self.dir)
             if self.job is not None:
                 self.job_done()  # reap our own child
         elif self.job is not None and not self.job_done():
@@ -571,8 +589,19 @@ def _reattach_job(meta: dict[str, Any], run: RunDir) -> Any:
 
         return SlurmJob(folder=run.logs, job_id=job_id, tasks=tuple(range(min(world, MAX_WORLD_SIZE))))
     if meta.get("executor") == "local" and job_id.isdigit():
-        return _LocalPid(_controller(meta) or Proc(int(job_id)))
+        return _LocalPid(run, _controller(meta) or Proc(int(job_id)))
     return None
+
+
+def stop_local(run: RunDir) -> str:
+    """End a local job from its folder: the controller (it asks the agents, they end their workers),
+    then whatever is left, each only if provably ours (workbench.launch.ours).  Returns the one line,
+    also warned, naming what was left alone ("" when nothing was)."""
+    controller, refused = signallable(run, ("controller",))
+    end(controller, STOP_GRACE_S)
+    rest, more = signallable(run, ("agent", "worker"))
+    end(rest, 1.0)
+    return say_not_signalled(run.root, refused + more)
 
 
 def _controller(meta: dict[str, Any]) -> Proc | None:
@@ -597,8 +626,8 @@ class _LocalPid:
     """A local job seen from another process: alive while its controller process is (the same
     process: a pid the system gave to someone else since does not count)."""
 
-    def __init__(self, proc: Proc):
-        self.proc = proc
+    def __init__(self, run: RunDir, proc: Proc):
+        self.run, self.proc = run, proc
         self.job_id = str(proc.pid)
 
     @property
@@ -609,4 +638,8 @@ class _LocalPid:
         return not self.proc.alive()
 
     def cancel(self) -> None:
-        self.proc.send(signal.SIGTERM)
+        """SIGTERM to the controller, if provably ours (else one line says why)."""
+        controller, refused = signallable(self.run, ("controller",))
+        for proc in controller:
+            proc.send(signal.SIGTERM)
+        say_not_signalled(self.run.root, refused)

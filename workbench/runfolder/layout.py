@@ -165,8 +165,23 @@ class RunDir:
 
     def recorded(self, role: str) -> list[Proc]:
         """Every rank's "agent" or "worker" process as its agent recorded it in procs/rank{R}.json."""
-        found = [Proc.from_dict((read_json(path) or {}).get(role)) for path in self.rank_files("procs").values()]
-        return [p for p in found if p is not None]
+        return [proc for _, proc in self.named(role)]
+
+    def named(self, role: str) -> list[tuple[Path, Proc]]:
+        """The processes of `role` this folder names, each with the file naming it: the "controller"
+        (run.json, pool.json: pid, process group, start), or every rank's "agent" or "worker"
+        (procs/rank{R}.json).  Input like any file here: workbench.launch.ours checks it before a signal."""
+        if role == "controller":
+            meta = self.read_meta() or {}
+            proc = Proc.from_dict(meta.get("controller"))
+            job_id = str(meta.get("job_id") or "")
+            if proc is None and meta.get("executor") == "local" and job_id.isascii() and job_id.isdigit():
+                proc = Proc(int(job_id))  # a local job's id is its controller's pid (start time unknown)
+            found = [(self.meta, proc)]
+        else:
+            found = [(path, Proc.from_dict((read_json(path) or {}).get(role)))
+                     for path in self.rank_files("procs").values()]
+        return [(path, proc) for path, proc in found if proc is not None]
 
     def stacks(self, rank: int) -> Path:
         return self.root / "stacks" / f"rank{rank}.txt"

@@ -1,0 +1,144 @@
+"""Signal only what is provably ours.  A run or pool folder names processes (run.json's or
+pool.json's controller, procs/rank{R}.json's agent and worker), and Run.cancel, Run.wait's clean-up
+of survivors, `workbench cancel` / `follow`, a pool's close and the local controller end them.  A
+folder can be another user's copy, writable by anyone, naming any process group; a recorded pid
+can belong to another process since.  So before any signal (`why_not_ours`, the one check):
+
+- the folder, every folder down to the record, and the record are the current user's and
+  writable by no one else (the record a regular file, not a link);
+- the process is the one the record names (the same start time, /proc/PID/stat field 22), runs as
+  the current user, and is a workbench process of this folder: `python -m` one of RUN_MODULES with
+  an argument inside the folder (the run or pool folder, or its logs/).  A process group whose
+  leader is gone counts when every member left runs as the user and one of them is such a process.
+
+What fails the check is left alone, and one NotSignalledWarning line says why."""
+
+from __future__ import annotations
+
+import os
+import stat
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+
+from workbench.errors import NotSignalledWarning
+from workbench.proctree import Proc, command_line, group_members, owner_uid, working_folder
+from workbench.runfolder.layout import RunDir
+
+RUN_MODULES = ("workbench.launch.local_controller", "submitit.core._submit", "workbench.engine.worker",
+               "workbench.engine.warm")
+"""The modules a run's or pool's processes run as: the local controller, submitit's task (a rank's
+agent), a cold worker, a warm pool's worker."""
+
+
+def why_not_ours(folder: Path, record: Path, proc: Proc) -> str:
+    """"" when `proc`, named by `record` in the run or pool `folder`, may be signalled; else why not
+    (a phrase)."""
+    return _private(folder, record) or _same_process(folder, proc)
+
+
+def signallable(run: RunDir, roles: Sequence[str]) -> tuple[list[Proc], list[str]]:
+    """The live processes of `roles` ("controller", "agent", "worker") that `run` names and that
+    pass why_not_ours, and why each other live one does not ("pid N (the worker in procs/rank0.json): why")."""
+    ours, refused, seen = [], [], set()
+    for role in roles:
+        for record, proc in run.named(role):
+            if proc in seen or (not proc.group_alive() and not _pid_reused(proc)):
+                continue  # named twice, or gone: nothing to signal, nothing to say
+            seen.add(proc)
+            why = why_not_ours(run.root, record, proc)
+            if why:
+                refused.append(f"pid {proc.pid} (the {role} in {_shown(run.root, record)}): {why}")
+            else:
+                ours.append(proc)
+    return ours, refused
+
+
+def say_not_signalled(folder: Path, refused: list[str]) -> str:
+    """One NotSignalledWarning line for the processes left alone; returns it ("" for none)."""
+    if not refused:
+        return ""
+    more = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
+    line = f"{folder}: not signalled: {refused[0]}{more}"
+    warnings.warn(line, NotSignalledWarning, stacklevel=3)
+    return line
+
+
+def _private(folder: Path, record: Path) -> str:
+    """"" when the folder, the folders down to the record, and the record are ours and writable by us alone."""
+    root = Path(os.path.realpath(folder))
+    try:
+        inside = Path(os.path.realpath(record.parent)).relative_to(root)
+    except ValueError:
+        return f"{record} is not inside the folder"
+    paths = [root, *(root.joinpath(*inside.parts[:n]) for n in range(1, len(inside.parts) + 1)),
+             root / inside / record.name]
+    for path in paths:
+        try:
+            found = os.lstat(path)
+        except OSError as exc:
+            return f"{_shown(root, path)} cannot be read ({exc.strerror})"
+        if path == paths[-1] and not stat.S_ISREG(found.st_mode):
+            return f"{_shown(root, path)} is not a regular file"
+        if found.st_uid != os.geteuid():
+            return f"{_shown(root, path)} is owned by {_user(found.st_uid)}, not by you ({_user(os.geteuid())})"
+        if found.st_mode & 0o022:
+            who = "others" if found.st_mode & 0o002 else "its group"
+            return f"{_shown(root, path)} is writable by {who} (mode {stat.S_IMODE(found.st_mode):04o})"
+    return ""
+
+
+def _same_process(folder: Path, proc: Proc) -> str:
+    """"" when the process (or, its leader gone, its group) is the workbench process the record names."""
+    if not proc.start:
+        return "its record gives no start time, so the pid cannot be told from another process's"
+    if _pid_reused(proc):
+        return "that pid is another process now (its start time is not the record's)"
+    members = [proc.pid] if proc.alive() else group_members(proc.pgid)
+    if not members:
+        return ""  # gone meanwhile
+    strangers = [pid for pid in members if owner_uid(pid) not in (os.geteuid(), None)]
+    if strangers:
+        return f"pid {strangers[0]} runs as {_user(owner_uid(strangers[0]))}, not as you"
+    if not any(is_run_command(command_line(pid), working_folder(pid), folder) for pid in members):
+        shown = " ".join(command_line(members[0]) or ["?"])[:120]
+        return f"it is not a workbench process of this folder (it runs: {shown})"
+    return ""
+
+
+def is_run_command(argv: Sequence[str] | None, cwd: str | None, folder: Path) -> bool:
+    """Whether a command line is one of a run's processes for `folder`: `-m` one of RUN_MODULES,
+    and an argument naming the folder or a path inside it (relative ones from `cwd`)."""
+    if not argv or not any(a == "-m" and b in RUN_MODULES for a, b in zip(argv, argv[1:])):
+        return False
+    root = os.path.realpath(folder)
+    for arg in argv[1:]:
+        if not arg or arg.startswith("-") or (not os.path.isabs(arg) and cwd is None):
+            continue
+        path = os.path.realpath(os.path.join(cwd or "/", arg))
+        if path == root or path.startswith(root + os.sep):
+            return True
+    return False
+
+
+def _pid_reused(proc: Proc) -> bool:
+    """The recorded pid runs, but as another process than the record's (another start time)."""
+    found = Proc.of(proc.pid)
+    return found is not None and bool(proc.start) and found.start != proc.start
+
+
+def _shown(root: Path, path: Path) -> str:
+    try:
+        relative = (Path(os.path.realpath(path.parent)) / path.name).relative_to(os.path.realpath(root))
+    except ValueError:
+        return str(path)
+    return str(relative) if relative.parts else "the folder"
+
+
+def _user(uid: int | None) -> str:
+    import pwd
+
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})" if uid is not None else "another user"
+    except KeyError:
+        return f"uid {uid}"
