@@ -1,0 +1,147 @@
+"""workbench.plan against what runs measure: predicted vs measured peak memory a rank and step time.
+
+    python bench/plan_bench.py [--steps 40] [--json PATH]      (from the repository root; about 5 min here)
+
+Four models at micro-batch 16: the built-in MLP (synthetic) and transformer (charlm), a conv net and a
+Hugging Face GPT-2 (transformers, the engine's dict batches), at 1 and 2 ranks (gloo, 1 thread a rank).
+Predicted: `workbench.plan(cfg, world_sizes=(1, 2))` (memory traced on fake tensors; step time one
+measured micro-batch plus the all-reduce at the assumed gloo bandwidth).  Measured: the peak by the same
+tracker on real tensors over two steps (CPU keeps no allocator statistics), and the median step_time_s
+of a real `workbench.submit` run at each world size (steps after the first 10).  Then the 1.34 B-parameter
+plan: its time and how much the process grew.  Goals (issue 31): memory within 10%, step time within 30%."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import workbench  # noqa: E402
+from workbench.config import JobConfig  # noqa: E402
+
+MODELS = {
+    "mlp 256-2048": ("synthetic", {"dim": 256, "hidden": 2048, "classes": 16, "n_train": 4096, "n_val": 64}),
+    "charlm d128 x2": ("charlm", {"block_size": 64, "d_model": 128, "n_head": 4, "n_layer": 2}),
+    "convnet 3x32x32": ("bench.plan_bench:convnet", {}),
+    "hf gpt2 d128 x2": ("bench.plan_bench:gpt2", {}),
+}
+
+
+def convnet(n_train: int = 2048, n_val: int = 64) -> Any:
+    """A small conv net on random 3x32x32 images, 10 classes."""
+    import torch
+    from torch.utils.data import TensorDataset
+
+    from workbench.engine.tasks import Task
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(n_train + n_val, 3, 32, 32, generator=gen)
+    y = torch.randint(0, 10, (n_train + n_val,), generator=gen)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(32, 64, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Flatten(), torch.nn.Linear(64 * 8 * 8, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+    return Task(model=model, train_dataset=TensorDataset(x[:n_train], y[:n_train]),
+                val_dataset=TensorDataset(x[n_train:], y[n_train:]), loss_fn=torch.nn.functional.cross_entropy)
+
+
+class _Tokens:
+    """input_ids and labels of random token blocks, as a Hugging Face causal LM takes them."""
+
+    def __init__(self, n: int, block: int, vocab: int):
+        import torch
+
+        self.ids = torch.randint(0, vocab, (n, block), generator=torch.Generator().manual_seed(0))
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return {"input_ids": self.ids[i], "labels": self.ids[i]}
+
+
+def gpt2(n_train: int = 2048, block: int = 64) -> Any:
+    """transformers' GPT2LMHeadModel, 2 layers of width 128, a vocabulary of 1000: the loss is its own."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from workbench.engine.tasks import Task
+
+    config = GPT2Config(vocab_size=1000, n_positions=block, n_embd=128, n_layer=2, n_head=4, bos_token_id=0,
+                        eos_token_id=0)
+    return Task(model=GPT2LMHeadModel(config), train_dataset=_Tokens(n_train, block, 1000),
+                val_dataset=_Tokens(32, block, 1000))
+
+
+def _cfg(task: str, options: dict[str, Any], world: int, steps: int, root: Path) -> JobConfig:
+    return JobConfig.from_dict({
+        "task": {"name": task, "options": options},
+        "train": {"micro_batch_size": 16, "max_steps": steps, "eval_every_steps": 10_000,
+                  "checkpoint_every_steps": 10_000, "log_every_steps": 1},
+        "dist": {"procs_per_node": world, "threads_per_rank": 1, "check_every_steps": None},
+        "launch": {"run_root": str(root)}})
+
+
+def measured_step_s(cfg: JobConfig) -> float:
+    run = workbench.submit(cfg)
+    status = run.wait(timeout=900)
+    if status.state != "finished":
+        raise RuntimeError(f"{cfg.task.name}: the run {status.state}: {run.exception()}")
+    frame = run.metrics()
+    times = frame[(frame["rank"] == 0) & (frame["step"] > 10)]["step_time_s"].dropna()
+    return float(statistics.median(times))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    from workbench.engine.tasks import resolve_factory
+    from workbench.planning.memory import MB, step_memory
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, (task, options) in MODELS.items():
+            for world in (1, 2):
+                cfg = _cfg(task, options, world, args.steps, Path(tmp))
+                began = time.perf_counter()
+                planned = workbench.plan(cfg, world_sizes=(world,)).iloc[0]
+                plan_s = time.perf_counter() - began
+                real = step_memory(cfg, resolve_factory(task), "cpu", fake=False)
+                step = measured_step_s(cfg)
+                rows.append({"model": name, "world_size": world, "predicted_peak_mb": planned["peak_mb"],
+                             "measured_peak_mb": real.peak / MB, "peak_ratio": real.peak / MB / planned["peak_mb"],
+                             "predicted_step_s": planned["step_s"], "measured_step_s": step,
+                             "step_ratio": step / planned["step_s"], "plan_s": round(plan_s, 2)})
+                r = rows[-1]
+                print(f"{name:>16} x{world}: peak {r['predicted_peak_mb']:8.2f} planned, {r['measured_peak_mb']:8.2f} "
+                      f"measured (x{r['peak_ratio']:.3f}); step {r['predicted_step_s'] * 1000:7.2f} ms planned, "
+                      f"{step * 1000:7.2f} ms measured (x{r['step_ratio']:.2f}); plan {plan_s:.1f} s", flush=True)
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        began = time.perf_counter()
+        big = workbench.plan(_cfg("tests.support.tasks_for_tests:billion", {}, 1, 10, Path(tmp)),
+                             world_sizes=(1, 8), probe=False)
+        billion = {"plan_s": round(time.perf_counter() - began, 2), "params_mb": float(big["params_mb"].iloc[0]),
+                   "peak_mb": float(big["peak_mb"].iloc[0]),
+                   "grown_mb": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024}
+    print(f"1.34 B parameters: planned in {billion['plan_s']} s, peak {billion['peak_mb']:,.0f} MiB a rank, the "
+          f"process grew {billion['grown_mb']:.0f} MiB")
+    worst_peak = max(abs(r["peak_ratio"] - 1) for r in rows)
+    worst_step = max(abs(r["step_ratio"] - 1) for r in rows)
+    print(f"worst peak miss {worst_peak:.1%} (goal <= 10%), worst step-time miss {worst_step:.1%} (goal <= 30%)")
+    if args.json:
+        args.json.write_text(json.dumps({"rows": rows, "billion": billion, "date": time.strftime("%Y-%m-%d %H:%M"),
+                                         "worst_peak_miss": worst_peak, "worst_step_miss": worst_step}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
