@@ -180,3 +180,21 @@ def test_the_scaling_table_scrolls_inside_its_widget_and_its_headers_wrap_at_und
     assert table.count("white-space:nowrap") == table.count("<td")  # a number never wraps
     controls = view.widget.children[0]
     assert controls.layout.flex_flow == "row wrap"  # rule and world sizes stack on a narrow widget
+
+
+@pytest.mark.timeout(120)
+def test_the_scaling_table_shows_memory_a_rank_and_traces_once_per_model_shape():
+    form = ConfigForm(JobConfig.from_dict({"task": {"options": {"n_train": 512}}, "train": {"micro_batch_size": 16}}))
+    view = ScalingView(form)
+    assert {"peak_mb", "fits", "max_micro_batch"} <= set(view.frame.columns) and view.frame["fits"].all()
+    assert ">peak_mb<" in view.table.value.replace("_<wbr>", "_") and "wb-plan" in view.note.value
+    small = view.frame["peak_mb"].iloc[0]
+    form.widget_for("train.lr").value = "0.01"  # the model's shape is the same: no new trace
+    assert view.traces == 1
+    form.widget_for("train.micro_batch_size").value = "64"  # more activations
+    assert view.traces == 2 and view.frame["peak_mb"].iloc[0] > small
+    form.widget_for("task.name").value = "tests.support.tasks_for_tests:data_dependent"  # cannot be traced
+    assert "could not be traced on fake tensors (DynamicOutputShapeException" in view.note.value
+    assert view.frame["fits"].isna().all()
+    view.plan.value = False
+    assert "peak_mb" not in view.frame.columns

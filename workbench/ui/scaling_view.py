@@ -83,13 +83,21 @@ class ScalingView:
                                layout=w.Layout(width="220px"))
         self.world_sizes = w.Text(value=world_sizes, description="world sizes", continuous_update=False,
                                   style=narrow, layout=w.Layout(width="200px"))
+        self.plan = w.Checkbox(value=True, description="memory a rank", indent=False, layout=w.Layout(width="140px"),
+                               tooltip="peak memory a rank, traced on fake tensors (workbench.plan), whether it fits "
+                                       "in 0.85 of the device's memory, and the largest micro-batch that does")
+        self._plans: dict[str, pd.DataFrame] = {}
+        """The plan's memory columns by what they depend on (the task and its options, the micro-batch,
+        precision, optimizer, ranks a node): traced once per model shape, not at every change of lr."""
+        self.traces = 0
         self.note = w.HTML()
         self.table = w.HTML()
         self.rule.observe(lambda _: self.update(), names="value")
         self.world_sizes.observe(lambda _: self.update(), names="value")
+        self.plan.observe(lambda _: self.update(), names="value")
         self.stale = w.HTML()
         form.observe_problems(lambda _problems: self.update())
-        controls = w.HBox([self.rule, self.world_sizes], layout=w.Layout(flex_flow="row wrap"))
+        controls = w.HBox([self.rule, self.world_sizes, self.plan], layout=w.Layout(flex_flow="row wrap"))
         self.widget = w.VBox([controls, self.stale, self.table, self.note])
         self.update()
 
@@ -115,8 +123,40 @@ class ScalingView:
             self.note.value = _note(exc.problems[0])
             return
         self.frame = scaling_frame(cfg, sizes, self.rule.value, self.measured)
+        planned = ""
+        if self.plan.value:
+            self.frame, planned = self._with_memory(cfg, self.frame)
         self.table.value = table_html(self.frame)
-        self.note.value = _caption(cfg, self.rule.value)
+        self.note.value = _caption(cfg, self.rule.value) + planned
+
+    def _with_memory(self, cfg: JobConfig, frame: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+        """The frame with the plan's peak_mb, fits and max_micro_batch (the same at every world size under
+        DDP), and a note: what does not fit and the way out, or why there is no plan."""
+        import json
+
+        from workbench.planning.plan import fit_text, plan
+
+        t = cfg.train
+        key = json.dumps([cfg.task.name, cfg.task.options, t.micro_batch_size, t.precision, t.optimizer,
+                          t.optimizer_kwargs, t.grad_clip_norm, cfg.dist.gradient_as_bucket_view,
+                          cfg.dist.procs_per_node], sort_keys=True, default=str)
+        if key not in self._plans:
+            try:
+                self._plans[key] = plan(cfg, world_sizes=(cfg.world_size,), probe=False)
+            except Exception as exc:  # noqa: BLE001 - the table stays; the plan says in one line why it is not there
+                return frame, _note(f"memory: no plan ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})")
+            self.traces += 1
+        planned = self._plans[key]
+        row = planned.iloc[0]
+        frame = frame.assign(peak_mb=row["peak_mb"], fits=row["fits"], max_micro_batch=row["max_micro_batch"])
+        lines = fit_text(planned)
+        if lines:
+            return frame, _note(f"does not fit: {lines[0].split(': ', 1)[1]}")
+        if row["fits"] is None:
+            return frame, _note(planned.attrs["notes"][0])
+        return frame, (f"<div class='wb-plan' style='{MUTED}'>peak_mb: one rank's peak in MiB, traced on fake "
+                       f"tensors (workbench.plan); fits within 0.85 of {row['device_memory_mb']:,.0f} MiB a rank"
+                       "</div>")
 
 
 def _stale(problems: list[str], shown: bool) -> str:
