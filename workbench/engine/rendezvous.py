@@ -51,6 +51,8 @@ class RankContract:
         return wait_for_port(path, self.rendezvous_timeout_s)
 
 
+RUN_DIR_ENV = "WORKBENCH_RUN_DIR"
+"""The run folder of the job a process belongs to: the local controller's, a script's (workbench.log writes there)."""
 REQUEUES_ENV = "WORKBENCH_REQUEUES"
 """Set by workbench's local controller: how many times it started the job's tasks again."""
 

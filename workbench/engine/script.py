@@ -22,11 +22,11 @@ from typing import Any
 from workbench.config.sections import DistConfig
 from workbench.engine.env import serve_store_on_loopback
 from workbench.engine.monitor import RankMonitor
+from workbench.engine.rendezvous import RUN_DIR_ENV
 from workbench.runfolder import events
 from workbench.runfolder.layout import RunDir, write_json_atomic
 from workbench.runfolder.private import write_atomic
 
-RUN_DIR_ENV = "WORKBENCH_RUN_DIR"
 _writer: Any = None
 _monitor: Any = None  # this rank's RankMonitor when running under run_script_rank
 

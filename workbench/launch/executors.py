@@ -20,9 +20,8 @@ from submitit.core.utils import FailedJobError, FailedSubmissionError
 from workbench.config.devices import parse_visible_devices, visible_gpu_count
 from workbench.config.sections import JobConfig
 from workbench.config.validate import parse_time_limit
-from workbench.engine.rendezvous import RankContract, free_port
+from workbench.engine.rendezvous import RUN_DIR_ENV, RankContract, free_port
 from workbench.errors import SubmitError
-from workbench.launch.local_controller import RUN_DIR_ENV
 from workbench.proctree import parent_death_signal
 from workbench.runfolder.layout import RunDir
 

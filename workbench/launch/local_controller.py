@@ -21,13 +21,12 @@ from typing import Any
 
 from submitit.local import local as submitit_local
 
-from workbench.engine.rendezvous import REQUEUES_ENV
+from workbench.engine.rendezvous import REQUEUES_ENV, RUN_DIR_ENV
 from workbench.launch.ours import say_not_signalled, signallable
 from workbench.proctree import KILL_AFTER_S, Proc, end, signal_name
 from workbench.runfolder.failures import error_record, write_error
 from workbench.runfolder.layout import RunDir, read_json
 
-RUN_DIR_ENV = "WORKBENCH_RUN_DIR"
 STOP_GRACE_S = KILL_AFTER_S + 5.0
 """Agents asked to stop get this long to end their workers before everything left is killed."""
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
