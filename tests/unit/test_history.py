@@ -50,8 +50,9 @@ def test_compare_overlays_loss_and_val_metrics_by_samples_with_a_config_diff(tmp
     one = write_run(tmp_path, "one-rank", 1, "none")
     two = write_run(tmp_path, "two-ranks", 2, "linear")
     diff = workbench.config_diff([one, two])
-    assert set(diff.index) == {"scaling.rule", "dist.procs_per_node", "world_size"}
+    assert set(diff.index) == {"scaling.rule", "dist.procs_per_node", "world_size", "lr_used"}
     assert diff.loc["scaling.rule"].tolist() == ["none", "linear"]
+    assert diff.loc["lr_used"].tolist() == workbench.runs(tmp_path)["lr"].tolist() == [1e-3, 2e-3]  # as runs() says
     fig = workbench.compare([one, two], x="samples")
     loss_ax = fig.axes[0]
     labelled = [line for line in loss_ax.lines if not line.get_label().startswith("_")]
@@ -60,6 +61,8 @@ def test_compare_overlays_loss_and_val_metrics_by_samples_with_a_config_diff(tmp
     titles = [ax.get_title(loc="left") for ax in fig.axes]
     assert titles[:3] == ["training loss (reduced) · loss", "val_accuracy", "val_loss"]
     assert titles[-1] == "config fields that differ"
+    shown = [cell.get_text().get_text() for cell in fig.axes[-1].tables[0].get_celld().values()]
+    assert "lr used (scaled)" in shown and "world_size" in shown
     artifacts = REPO / "test-artifacts"
     artifacts.mkdir(exist_ok=True)
     fig.savefig(artifacts / "compare-two-runs.png", dpi=100)

@@ -294,12 +294,14 @@ def as_runs(items: RunLike | Iterable[RunLike]) -> list[Run]:
 
 
 def config_diff(items: RunLike | Iterable[RunLike]) -> pd.DataFrame:
-    """The config fields whose values differ between the runs (plus the world size), one column per
-    run (named by its folder)."""
+    """The config fields whose values differ between the runs (plus the world size and lr_used, the lr
+    each job used as runs() gives it: the peak it logged, or train.lr scaled to its ranks), one column per
+    run (named by its folder).  train.lr is the base lr, before the scaling rule."""
     import pandas as pd
 
     found = as_runs(items)
-    flat = {run.folder.name: {**flatten(run.config.to_dict()), "world_size": run.world_size} for run in found}
+    flat = {run.folder.name: {**flatten(run.config.to_dict()), "world_size": run.world_size,
+                              "lr_used": cached_row(run.folder).get("lr")} for run in found}
     table = pd.DataFrame(flat)
     differs = table.astype(str).nunique(axis=1) > 1
     return table[differs & ~table.index.isin(["launch.name", "launch.run_root"])]
@@ -402,6 +404,10 @@ def _axis(ax: Any, title: str, x: str) -> None:
         ax.legend(loc="best")
 
 
+DIFF_LABELS = {"train.lr": "train.lr (base)", "lr_used": "lr used (scaled)"}
+"""The compare figure's words for the two lrs of its config table, as the runs and sweep views label them."""
+
+
 def _diff_table(ax: Any, diff: pd.DataFrame, names: Sequence[str]) -> None:
     ax.axis("off")
     if not len(diff):
@@ -409,7 +415,8 @@ def _diff_table(ax: Any, diff: pd.DataFrame, names: Sequence[str]) -> None:
         return
     cells = [[_short(v) for v in row] for row in diff.to_numpy()]
     headers = [wrap_name(n, max(12, 90 // max(1, len(names)))) for n in names]  # whole names, never cut
-    table = ax.table(cellText=cells, rowLabels=list(diff.index), colLabels=headers,
+    rows = [DIFF_LABELS.get(str(name), str(name)) for name in diff.index]
+    table = ax.table(cellText=cells, rowLabels=rows, colLabels=headers,
                      loc="upper center", cellLoc="center")
     table.auto_set_font_size(False)
     table.set_fontsize(9)
