@@ -208,8 +208,7 @@ class HangWatch:
         shape = stack_shape(frame)
         if shape != self._shape:
             self._shape, self._still_since = shape, now
-        del frame
-        self.found = stuck(now - self._since, self.limit, main_frame(), now - self._still_since)
+        self.found = stuck(now - self._since, self.limit, frame, now - self._still_since)
         return self.found
 
     def fields(self) -> dict[str, object]:

@@ -155,11 +155,11 @@ def _category(tracker: Any, kind: str, name: str) -> float:
 
 
 def _weights(model: torch.nn.Module) -> tuple[int, int]:
-    """(bytes of the parameters, bytes of their gradients: the trainable ones), each shared one once."""
-    seen: dict[int, Any] = {p_id: p for p_id, p in ((id(p), p) for p in model.parameters())}
-    params = sum(p.numel() * p.element_size() for p in seen.values())
-    grads = sum(p.numel() * p.element_size() for p in seen.values() if p.requires_grad)
-    return params, grads
+    """(bytes of the parameters, bytes of their gradients: the trainable ones); model.parameters() gives a
+    shared (tied) one once."""
+    params = list(model.parameters())
+    return (sum(p.numel() * p.element_size() for p in params),
+            sum(p.numel() * p.element_size() for p in params if p.requires_grad))
 
 
 def _optimizer_bytes_expected(optimizer: Any, torch: Any) -> int:
@@ -224,5 +224,3 @@ def real_step_seconds(cfg: JobConfig, factory: Callable[..., Any], device: str, 
         return statistics.median(times[1:])
     finally:
         torch.set_num_threads(before)
-        with contextlib.suppress(Exception):
-            del model, optimizer, batch

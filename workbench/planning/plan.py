@@ -11,10 +11,10 @@ with the backward pass, so the predicted step is an upper bound."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from workbench.config.scaling import scaled, steps_per_epoch
+from workbench.config.scaling import scaling_table
 from workbench.errors import ArgumentError
 from workbench.planning.memory import MB, StepMemory, real_step_seconds, step_memory
 
@@ -76,32 +76,34 @@ def plan(cfg: JobConfig, task: Callable[..., Any] | None = None, world_sizes: It
         notes.append(f"step time: one micro-batch measured on this machine ({compute_s * 1000:.1f} ms) x "
                      f"{cfg.train.grad_accum_steps} accumulation steps, plus the gradient all-reduce at "
                      f"{bandwidth:g} GB/s ({'given' if bandwidth_gbps else 'assumed for ' + backend})")
-    rows = [_row(cfg, n, strategy, memory, capacity_mb, headroom, compute_s, bandwidth)
-            for n in sizes for strategy in strategies]
+    # batch, lr, warmup and steps per epoch as the scaling table gives them (the factory's own dataset
+    # counts when the config does not give its size)
+    scaling = scaling_table(cfg, sizes, dataset_size=cfg.task.train_samples or memory.samples)
+    rows = [_row(scale, strategy, memory, capacity_mb, headroom, compute_s, bandwidth)
+            for scale in scaling.to_dict("records") for strategy in strategies]
     frame = pd.DataFrame(rows, columns=COLUMNS)
     frame.attrs["notes"] = notes
     return frame
 
 
-def _row(cfg: JobConfig, n: int, strategy: str, memory: StepMemory, capacity_mb: float, headroom: float,
+def _row(scale: Mapping[Any, Any], strategy: str, memory: StepMemory, capacity_mb: float, headroom: float,
          compute_s: float | None, bandwidth_gbps: float) -> dict[str, Any]:
-    t = cfg.train
-    s = scaled(cfg, n)
-    size = cfg.task.train_samples or memory.samples  # the factory's own dataset, when the config does not say
-    steps = steps_per_epoch(size, t.micro_batch_size, t.grad_accum_steps, n, cfg.data.drop_last) if size else None
+    """One row: a scaling-table row (`scale`) with this rank's memory, fit and predicted speed."""
+    n, batch, steps = scale["world_size"], scale["effective_batch"], scale["steps_per_epoch"]
+    steps = None if steps is None or steps != steps else int(steps)
     step_s = None
     if compute_s is not None:
         ring = 2 * (n - 1) / n * memory.grads / (bandwidth_gbps * 1e9) if n > 1 else 0.0
-        step_s = compute_s * t.grad_accum_steps + ring
+        step_s = compute_s * scale["grad_accum_steps"] + ring
     usable = capacity_mb * headroom
     return {
-        "world_size": n, "strategy": strategy, "micro_batch_size": t.micro_batch_size,
-        "effective_batch": s.effective_batch, "lr": s.lr, "warmup_steps": s.warmup_steps, "steps_per_epoch": steps,
+        "world_size": n, "strategy": strategy, "micro_batch_size": scale["micro_batch_size"],
+        "effective_batch": batch, "lr": scale["lr"], "warmup_steps": scale["warmup_steps"], "steps_per_epoch": steps,
         "params_mb": memory.params / MB, "grads_mb": memory.grads / MB, "optimizer_mb": memory.optimizer / MB,
         "activations_mb": memory.activations / MB, "peak_mb": memory.peak / MB, "device_memory_mb": capacity_mb,
         "fits": bool(memory.peak / MB <= usable) if memory.traced else None,
         "max_micro_batch": memory.largest_batch(usable * MB) if memory.traced else None,
-        "step_s": step_s, "samples_per_s": s.effective_batch / step_s if step_s else None,
+        "step_s": step_s, "samples_per_s": batch / step_s if step_s else None,
         "epoch_s": steps * step_s if steps and step_s else None,
     }
 

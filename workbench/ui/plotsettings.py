@@ -54,15 +54,9 @@ def _valid(saved: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
     return found
 
 
-def load(run: str | None = None) -> dict[str, Any]:
-    """The saved choices that are still valid: x, log_y (True, False or None: auto), smooth; with `run`
-    (its folder) also that run's own ranks and smoothing, which take the place of the global smoothing."""
-    saved = _read()
-    found = _valid(saved, GLOBAL)
-    runs = saved.get("runs")
-    if run is not None and isinstance(runs, dict) and isinstance(runs.get(run), dict):
-        found.update(_valid(runs[run], PER_RUN))
-    return found
+def load() -> dict[str, Any]:
+    """The saved choices for every plot that are still valid: x, log_y (True, False or None: auto), smooth."""
+    return _valid(_read(), GLOBAL)
 
 
 def load_run(run: str) -> dict[str, Any]:

@@ -68,8 +68,8 @@ def initial_options(given: dict[str, Any], remember: bool, run: str | None = Non
     """The options to start with: those given, else the ones remembered (the run's own, then every
     plot's), else the defaults; the ranks text for the control; and where the smoothing came from:
     "given", "run" (chosen on this run), "remembered" (chosen on another) or "default"."""
-    saved = plotsettings.load(run) if remember else {}
     own = plotsettings.load_run(run) if remember and run is not None else {}
+    saved = {**plotsettings.load(), **own} if remember else {}
     smooth_from = ("given" if "smooth" in given else "run" if "smooth" in own else
                    "remembered" if "smooth" in saved else "default")
     ranks_text = saved.pop("ranks", "all")
@@ -115,6 +115,8 @@ class MetricsPlot:
         """The points the run will log (its total steps, when known): a smoothing is judged against it."""
         self.opts, ranks_text, self.smooth_from = initial_options(dict(given), remember, self.key)
         self._holding = False
+        self._short_run = ""
+        """Said beside the figure when a remembered smoothing gave way to the default (_fit_smoothing)."""
         self.live = LiveFigure(interactive=True)
         self.live.on_view = self._on_view
         self.live.on_canvas = self._on_canvas
@@ -182,8 +184,6 @@ class MetricsPlot:
             drawn = self.live.update(self.data, self.evals, self.opts, live=self.live_run)
         self.shown.value = shown_html(self.opts, self.data, self._short_run)
         return drawn
-
-    _short_run = ""
 
     def _fit_smoothing(self) -> None:
         """A smoothing remembered from another run that averages over more than a quarter of this run's
