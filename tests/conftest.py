@@ -18,8 +18,9 @@ LAYERS = {"unit": "unit", "process": "process", "ddp": "ddp", "slurm": "slurm", 
 
 GROUPS = {"slurm": "machine", "notebooks": "machine", "browser": "browser"}
 """Folder -> what its tests use that the machine has once.  Group "machine": the SLURM test cluster (it owns
-/etc/slurm; tests/slurm and notebook 03 use it) and the README and notebooks run in place (they share the
-checkout's runs/ folders); group "browser": JupyterLab in Chromium, the heaviest thing a test starts.
+/etc/slurm; tests/slurm and notebook 03 use it) and the README, the docs/ pages and the notebooks run in
+place (they share the checkout's runs/ folders); group "browser": JupyterLab in Chromium, the heaviest
+thing a test starts.
 Each such test holds that resource's file lock while it runs (`holds`, tests/support/exclusive.py): that is
 what makes the suite right, serially, under any `-n` and any scheduler.  The same name as an xdist group
 (`--dist loadgroup`) keeps them on one worker, so they never wait on each other's lock."""

@@ -1,5 +1,5 @@
 """What a user's fresh clone has: their environment (no WORKBENCH_* variable a test might set) and
-what `git status` shows, so a test can say that running the README or a notebook in place left
+what `git status` shows, so a test can say that running the README, a docs/ page or a notebook in place left
 nothing git sees."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 from . import REPO
 
 SOURCES = ("workbench/", "tests/", "bench/")
-"""Where developers add and change files while a test runs in a shared checkout; no README block or
-notebook writes there, so git status is compared outside them."""
+"""Where developers add and change files while a test runs in a shared checkout; no block of the README or
+docs/ and no notebook writes there, so git status is compared outside them."""
 
 
 def user_env() -> dict[str, str]:

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.timeout(60)
 QUICKSTART = REPO / "examples" / "quickstart.yaml"
 
 
-def my_task(hidden=64):  # the README's factory
+def my_task(hidden=64):  # docs/notebook.md's factory
     return {"hidden": hidden}
 
 
@@ -35,7 +35,7 @@ def test_the_built_in_option_names_are_the_factories_parameters():
         assert tuple(inspect.signature(resolve_factory(target)).parameters) == BUILTIN_OPTIONS[name], name
 
 
-def test_the_readme_flow_the_example_configs_options_stay_with_the_built_in_task():
+def test_the_docs_flow_the_example_configs_options_stay_with_the_built_in_task():
     cfg = JobConfig.from_yaml(QUICKSTART)
     assert cfg.task.name == "synthetic" and "n_train" in cfg.task.options
     submitted, factory = engine_job(cfg, my_task)
