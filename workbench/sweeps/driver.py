@@ -31,6 +31,7 @@ from workbench.errors import ConfigError, SubmitError
 from workbench.launch.run import Run
 from workbench.proctree import Proc
 from workbench.runfolder.layout import RunDir, SweepDir, safe_name
+from workbench.runfolder.private import write_atomic
 from workbench.sweeps import space as sp
 from workbench.sweeps.array import SlurmArrays, slurm_space_problems
 from workbench.sweeps.script import SweptScript
@@ -101,7 +102,7 @@ def sweep(cfg: JobConfig, space: Mapping[str, Any], *, trials: int | None = None
     made_sampler = make_sampler(sampler, space)  # a bad name (sampler or pruner): nothing made
     made_pruner = make_pruner(pruner, made_sampler)
     folder = SweepDir.new(cfg.launch.run_root, safe_name(name or cfg.launch.name or cfg.task.name)).create()
-    cfg.to_yaml(folder.config)
+    write_atomic(folder.config, cfg.to_yaml().encode())  # beside and renamed: no link is written through
     write_work(folder, task, fn, fn_args)
     folder.update_meta(name=folder.root.name, space=sp.space_to_json(space), metric=metric, direction=direction,
                        trials=trials or len(points), parallel=parallel,
