@@ -141,6 +141,26 @@ def test_export_metrics_where_it_cannot_write_is_one_line(tmp_path):
         assert "\n" not in str(caught.value)
 
 
+def test_submit_into_a_folder_it_cannot_make_is_one_line(tmp_path):
+    (tmp_path / "a-file").write_text("")
+    for run_dir in (tmp_path / "a-file" / "run", Path("/proc/run")):
+        with pytest.raises(workbench.ConfigError, match=rf"cannot make the run folder {run_dir} \(.+\); check the"):
+            workbench.submit(workbench.JobConfig(), run_dir=run_dir)
+
+
+def test_check_warns_of_a_task_name_from_the_standard_library(tmp_path, capsys):
+    from workbench.cli import main
+
+    config = tmp_path / "job.yaml"
+    config.write_text("task:\n  name: os:system\n")
+    main(["check", str(config)])
+    said = capsys.readouterr().err
+    assert "warning: task.name: os:system is a function of Python's standard library, not a task factory" in said
+    config.write_text("task:\n  name: builtins:eval\n")
+    main(["check", str(config)])
+    assert "builtins:eval is a function of Python's standard library" in capsys.readouterr().err
+
+
 # --- item 3: no pickle from a folder the user does not own -----------------------------------------------
 def _run_with_planted_results(tmp_path: Path) -> tuple[Path, Path]:
     folder = write_run(tmp_path, "theirs", 2, "none", steps=3)
