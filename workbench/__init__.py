@@ -14,9 +14,11 @@ from workbench.errors import (
     ConfigFileError,
     DamagedFileWarning,
     NotSignalledWarning,
+    NotWrittenError,
     RunFailed,
     RunFolderError,
     SubmitError,
+    UntrustedFileError,
     show_traceback,
 )
 
@@ -45,7 +47,8 @@ _LAZY = {
 _MODULES = ("presets", "analysis", "sweeps")
 
 __all__ = ["JobConfig", "ArgumentError", "ConfigError", "ConfigFileError", "RunFolderError", "RunFailed", "SubmitError",
-           "DamagedFileWarning", "NotSignalledWarning", "scaling_table", "show_traceback", *_LAZY]
+           "UntrustedFileError", "NotWrittenError", "DamagedFileWarning", "NotSignalledWarning", "scaling_table",
+           "show_traceback", *_LAZY]
 
 if TYPE_CHECKING:
     from workbench import sweeps

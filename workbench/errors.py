@@ -122,3 +122,15 @@ class NotSignalledWarning(UserWarning):
     """A process a run or pool folder names was left alone: the folder or its record is not the
     user's own and private, or the process is not the workbench process the record names
     (workbench.launch.ours).  The message names the folder, the pid and why, in one line."""
+
+
+class UntrustedFileError(UserFacing, PermissionError):
+    """A pickle in a run, pool or sweep folder that is not the user's own and private (owned by another
+    user, or writable by others or the group): unpickling it would run whatever code was planted there
+    as the user.  The message names the file, whose it is or who can write it, and the switch that
+    reads it anyway (``trust=True``; ``--trust`` on the command line)."""
+
+
+class NotWrittenError(UserFacing, OSError):
+    """Something else than a regular file where the workbench appends to or writes a file in place (a
+    symbolic link, a FIFO, a device): nothing is written through it.  One line naming the file."""

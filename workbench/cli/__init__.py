@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from workbench.cli.parser import _parser, split_script_args
-from workbench.errors import ConfigError, SubmitError
+from workbench.errors import ConfigError, NotWrittenError, SubmitError, UntrustedFileError
 
 __all__ = ["main", "report_error", "split_script_args", "user_error"]
 
@@ -82,7 +82,7 @@ def user_error(exc: BaseException) -> list[str] | None:
     """The lines that tell the user what is wrong and how to fix it; None when `exc` is not theirs."""
     if isinstance(exc, ConfigError):
         return exc.problems
-    if isinstance(exc, SubmitError):  # the run cannot start or stop as asked (SLURM refused, a folder in use)
+    if isinstance(exc, (SubmitError, UntrustedFileError, NotWrittenError)):  # one line that names the fix
         return [str(exc)]
     if isinstance(exc, OSError):
         where = f"{exc.filename}: " if exc.filename else ""

@@ -297,6 +297,11 @@ def cmd_check(args: argparse.Namespace) -> int:
             print(f"[workbench] importing {cfg.task.name.partition(':')[0]} to check task.name "
                   "(this runs the module's code)", flush=True)
         problems += task_problems(cfg)
+    module = cfg.task.name.partition(":")[0].split(".")[0]
+    if cfg.task.name not in BUILTINS and module in {*sys.stdlib_module_names, "builtins"} and not any(
+            p.startswith("task.name:") for p in problems):  # it is there, but it is not a task factory
+        print(f"workbench: warning: task.name: {cfg.task.name} is a function of Python's standard library, not a "
+              "task factory; name your own (package.module:factory) or a built-in task", file=sys.stderr, flush=True)
     if problems:
         raise ConfigError(problems)
     print("config OK")

@@ -45,6 +45,9 @@ def add_sweep_parser(sub: Any) -> None:
                        help="where trials run: fresh local ranks, SLURM jobs, or one warm pool (one after another)")
     sweep.add_argument("--name", help="the sweep's name (its folder: <run_root>/sweep-<name>-<time>)")
     sweep.add_argument("--resume", metavar="FOLDER", help="go on with the sweep in FOLDER (finished trials stay)")
+    sweep.add_argument("--trust", action="store_true",
+                       help="with --resume: read the sweep's task (task.pkl, code) even from a folder that is "
+                       "not your own and private (another user's, or writable by others)")
     sweep.set_defaults(func=cmd_sweep)
 
 
@@ -84,7 +87,7 @@ def _start(args: argparse.Namespace) -> tuple[Any, Any]:
 
     script_args = _script_args(args)
     if args.resume:
-        return Sweep.load(args.resume, background=False, stop_with_caller=True, on_event=_line), None
+        return Sweep.load(args.resume, background=False, stop_with_caller=True, on_event=_line, trust=args.trust), None
     if not args.config and not args.script and not args.module:
         raise ConfigError(["sweep: give the base config (workbench sweep CONFIG.yaml --grid ...), a script "
                            "(--script train.py --grid args.lr=...) or --resume FOLDER"])

@@ -28,7 +28,7 @@ from workbench.engine.userframes import user_traceback
 from workbench.runfolder import events
 from workbench.runfolder.failures import describe, error_record, port_taken, write_error
 from workbench.runfolder.layout import RunDir, write_json_atomic
-from workbench.runfolder.private import make_dirs, open_private
+from workbench.runfolder.private import replacing
 from workbench.runfolder.rankstate import ACTIVE, HEARTBEAT_S, is_lost, lost_message
 from workbench.runfolder.writer import JsonlWriter
 
@@ -276,8 +276,7 @@ class RankMonitor:
     def dump_stacks(self) -> None:
         """Every thread's Python stack of this rank, into stacks/rank{R}.txt."""
         path = self.run.stacks(self.rank)
-        make_dirs(path.parent)
-        with open_private(path, "w") as fh:
+        with replacing(path, "w") as fh:  # a link in its place is replaced, not written through
             fh.write(f"# rank {self.rank} pid {os.getpid()} step {self.step} at {time.ctime()}\n")
             fh.flush()
             faulthandler.dump_traceback(fh, all_threads=True)

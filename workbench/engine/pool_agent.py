@@ -39,7 +39,7 @@ from workbench.engine.tee import TEE_MARK_ENV, Tee, new_mark
 from workbench.engine.warm import GENERATION_ENV, NEXT_JOB_ENV
 from workbench.proctree import Proc, end, parent_death_signal
 from workbench.runfolder.layout import PoolDir, RunDir, read_json, write_json_atomic
-from workbench.runfolder.private import UMASK
+from workbench.runfolder.private import UMASK, read_bounded
 
 DEFAULT_IDLE_TIMEOUT_S = 1800.0
 MAX_FAILED_STARTS = 3
@@ -185,7 +185,7 @@ class PoolAgent(RankAgent):
         if self.job is not None and self.job.get("run_dir"):
             path = RunDir(self.job["run_dir"]).pool_log(int(self.job["job"]), self.rank, "err")
             try:
-                return path.read_text(errors="replace")[-STDERR_TAIL_BYTES:]
+                return read_bounded(path, STDERR_TAIL_BYTES, tail=True).decode(errors="replace")
             except OSError:
                 return ""
         return _stderr_tail(self._stderr_from)

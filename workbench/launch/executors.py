@@ -24,6 +24,7 @@ from workbench.engine.rendezvous import RUN_DIR_ENV, RankContract, free_port
 from workbench.errors import SubmitError
 from workbench.proctree import parent_death_signal
 from workbench.runfolder.layout import RunDir
+from workbench.runfolder.private import open_private
 
 
 def make_executor(cfg: JobConfig, run: RunDir, stop_with_caller: bool = False,
@@ -50,7 +51,7 @@ class LocalExecutor(submitit.LocalExecutor):
                "SUBMITIT_LOCAL_NODEID": "0", "SUBMITIT_LOCAL_JOB_NUM_NODES": "1", "SUBMITIT_STDERR_TO_STDOUT": "",
                "SUBMITIT_EXECUTOR": "local", "SUBMITIT_LOCAL_WITH_SHELL": "", RUN_DIR_ENV: str(self.run.root)}
         preexec = parent_death_signal(signal.SIGTERM) if self.stop_with_caller else None
-        with open(self.run.controller_log, "ab") as log:  # not the caller's terminal or pipes
+        with open_private(self.run.controller_log, "ab") as log:  # not the caller's terminal or pipes
             process = subprocess.Popen([sys.executable, "-m", "workbench.launch.local_controller",
                                         str(self.folder)], env=env, start_new_session=True, preexec_fn=preexec,
                                        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)

@@ -5,7 +5,8 @@ folder can be another user's copy, writable by anyone, naming any process group;
 can belong to another process since.  So before any signal (`why_not_ours`, the one check):
 
 - the folder, every folder down to the record, and the record are the current user's and
-  writable by no one else (the record a regular file, not a link);
+  writable by no one else (the record a regular file, not a link): runfolder.private.why_not_private,
+  the one owner of "is this folder ours" (the pickle readers ask it too);
 - the process is the one the record names (the same start time, /proc/PID/stat field 22), runs as
   the current user, and is a workbench process of this folder: `python -m` one of RUN_MODULES with
   an argument inside the folder (the run or pool folder, or its logs/).  A process group whose
@@ -16,7 +17,6 @@ What fails the check is left alone, and one NotSignalledWarning line says why.""
 from __future__ import annotations
 
 import os
-import stat
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,6 +24,7 @@ from pathlib import Path
 from workbench.errors import NotSignalledWarning
 from workbench.proctree import Proc, command_line, group_members, owner_uid, working_folder
 from workbench.runfolder.layout import RunDir
+from workbench.runfolder.private import shown_in, user_name, why_not_private
 
 RUN_MODULES = ("workbench.launch.local_controller", "submitit.core._submit", "workbench.engine.worker",
                "workbench.engine.warm")
@@ -34,7 +35,7 @@ agent), a cold worker, a warm pool's worker."""
 def why_not_ours(folder: Path, record: Path, proc: Proc) -> str:
     """"" when `proc`, named by `record` in the run or pool `folder`, may be signalled; else why not
     (a phrase)."""
-    return _private(folder, record) or _same_process(folder, proc)
+    return why_not_private(folder, record) or _same_process(folder, proc)
 
 
 def signallable(run: RunDir, roles: Sequence[str]) -> tuple[list[Proc], list[str]]:
@@ -48,7 +49,7 @@ def signallable(run: RunDir, roles: Sequence[str]) -> tuple[list[Proc], list[str
             seen.add(proc)
             why = why_not_ours(run.root, record, proc)
             if why:
-                refused.append(f"pid {proc.pid} (the {role} in {_shown(run.root, record)}): {why}")
+                refused.append(f"pid {proc.pid} (the {role} in {shown_in(run.root, record)}): {why}")
             else:
                 ours.append(proc)
     return ours, refused
@@ -64,30 +65,6 @@ def say_not_signalled(folder: Path, refused: list[str]) -> str:
     return line
 
 
-def _private(folder: Path, record: Path) -> str:
-    """"" when the folder, the folders down to the record, and the record are ours and writable by us alone."""
-    root = Path(os.path.realpath(folder))
-    try:
-        inside = Path(os.path.realpath(record.parent)).relative_to(root)
-    except ValueError:
-        return f"{record} is not inside the folder"
-    paths = [root, *(root.joinpath(*inside.parts[:n]) for n in range(1, len(inside.parts) + 1)),
-             root / inside / record.name]
-    for path in paths:
-        try:
-            found = os.lstat(path)
-        except OSError as exc:
-            return f"{_shown(root, path)} cannot be read ({exc.strerror})"
-        if path == paths[-1] and not stat.S_ISREG(found.st_mode):
-            return f"{_shown(root, path)} is not a regular file"
-        if found.st_uid != os.geteuid():
-            return f"{_shown(root, path)} is owned by {_user(found.st_uid)}, not by you ({_user(os.geteuid())})"
-        if found.st_mode & 0o022:
-            who = "others" if found.st_mode & 0o002 else "its group"
-            return f"{_shown(root, path)} is writable by {who} (mode {stat.S_IMODE(found.st_mode):04o})"
-    return ""
-
-
 def _same_process(folder: Path, proc: Proc) -> str:
     """"" when the process (or, its leader gone, its group) is the workbench process the record names."""
     if not proc.start:
@@ -99,7 +76,7 @@ def _same_process(folder: Path, proc: Proc) -> str:
         return ""  # gone meanwhile
     strangers = [pid for pid in members if owner_uid(pid) not in (os.geteuid(), None)]
     if strangers:
-        return f"pid {strangers[0]} runs as {_user(owner_uid(strangers[0]))}, not as you"
+        return f"pid {strangers[0]} runs as {user_name(owner_uid(strangers[0]))}, not as you"
     if not any(is_run_command(command_line(pid), working_folder(pid), folder) for pid in members):
         shown = " ".join(command_line(members[0]) or ["?"])[:120]
         return f"it is not a workbench process of this folder (it runs: {shown})"
@@ -125,20 +102,3 @@ def _pid_reused(proc: Proc) -> bool:
     """The recorded pid runs, but as another process than the record's (another start time)."""
     found = Proc.of(proc.pid)
     return found is not None and bool(proc.start) and found.start != proc.start
-
-
-def _shown(root: Path, path: Path) -> str:
-    try:
-        relative = (Path(os.path.realpath(path.parent)) / path.name).relative_to(os.path.realpath(root))
-    except ValueError:
-        return str(path)
-    return str(relative) if relative.parts else "the folder"
-
-
-def _user(uid: int | None) -> str:
-    import pwd
-
-    try:
-        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})" if uid is not None else "another user"
-    except KeyError:
-        return f"uid {uid}"

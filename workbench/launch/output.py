@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from workbench.runfolder.layout import RunDir
+from workbench.runfolder.private import open_regular
 
 LAUNCHER_LINE = re.compile(r"^submitit (INFO|DEBUG) \(")
 """submitit's own bookkeeping lines ("Starting with JobEnvironment", "Loading pickle"): not the user's."""
@@ -57,7 +58,7 @@ class RankOutput:
     def _new_lines(self, path: Path) -> list[str]:
         start = self.offsets.get(path, 0)
         try:
-            with open(path, "rb") as fh:
+            with open_regular(path) as fh:  # a FIFO or a device there: nothing to show
                 fh.seek(start)
                 chunk = fh.read()
         except OSError:

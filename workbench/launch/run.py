@@ -26,6 +26,7 @@ from workbench.runfolder.causes import RankFailure, cause_of, from_record, stopp
 from workbench.runfolder.events import EventSummary
 from workbench.runfolder.failures import controller_failure, last_traceback, write_controller_failure
 from workbench.runfolder.layout import RunDir, read_json
+from workbench.runfolder.private import check_trusted, open_regular
 from workbench.runfolder.rankstate import ENDED_RANK_STATES, is_lost, lost_message
 from workbench.runfolder.reader import MultiTail, RankFrames
 from workbench.runfolder.records import ERROR, EVENT, read_object, warn_damaged
@@ -333,9 +334,11 @@ class Run:
             raise RuntimeError(f"run {self.folder} is {status.state}: no summary yet")
         return summary
 
-    def results(self) -> list[Any]:
+    def results(self, trust: bool = False) -> list[Any]:
         """Every rank's return value, in rank order (a run of workbench.submit_fn); raises RunFailed
-        (with the failing rank's traceback) if it failed."""
+        (with the failing rank's traceback) if it failed.  The values are pickles, code that runs as
+        you when read: read only from a run folder that is your own and writable by no one else
+        (UntrustedFileError names the file and its owner), or with `trust=True`."""
         import pickle
 
         status, _ = self.live_status()
@@ -347,7 +350,13 @@ class Run:
         missing = [r for r in range(self.world_size) if r not in found]
         if missing:
             raise RuntimeError(f"run {self.folder} has no return value for ranks {missing} (not a submit_fn run?)")
-        return [pickle.loads(found[r].read_bytes()) for r in range(self.world_size)]
+        for r in range(self.world_size):
+            check_trusted(self.folder, found[r], trust)
+        values = []
+        for r in range(self.world_size):
+            with open_regular(found[r]) as fh:
+                values.append(pickle.load(fh))
+        return values
 
     def exception(self, status: RunStatus | None = None) -> RankFailure | None:
         """Why the latest attempt failed (workbench.runfolder.causes, the one rule every view uses):
@@ -552,7 +561,7 @@ class Run:
 def _read_text(path: Path, tail_bytes: int | None = None) -> str:
     """A text file (its last `tail_bytes` only, when given), undecodable bytes replaced; "" if unreadable."""
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:  # a FIFO or a device in a log's place: "" at once
             if tail_bytes:
                 fh.seek(max(0, os.fstat(fh.fileno()).st_size - tail_bytes))
             return fh.read().decode(errors="replace")

@@ -20,7 +20,7 @@ from workbench.config.scaling import effective_batch
 from workbench.errors import ConfigError
 from workbench.results import analysis
 from workbench.runfolder.layout import ScalingBenchDir, default_run_dir
-from workbench.runfolder.private import make_dirs, open_private
+from workbench.runfolder.private import make_dirs, replacing
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -101,7 +101,7 @@ def benchmark_scaling(cfg: JobConfig, world_sizes: Iterable[int] = (1, 2), steps
     bench = _bench_folder(cfg, factory)
     rows = [_measure(_run(c, factory, bench.run(c.world_size)), c, warmup_steps) for c in configs]
     frame = compare(rows)
-    with open_private(bench.table, "w") as fh:
+    with replacing(bench.table, "w", newline="") as fh:
         frame.to_csv(fh, index=False)
     frame.attrs["folder"] = str(bench.root)
     return frame

@@ -6,6 +6,7 @@ checks, run folder, one live job per folder, the same agent per rank and the sam
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import shutil
 import time
@@ -18,7 +19,7 @@ from workbench.config.sections import JobConfig
 from workbench.engine.entry import RankEntry
 from workbench.engine.script import FnJob, ScriptJob
 from workbench.engine.tasks import factory_label, factory_options, named_task_problem
-from workbench.errors import ConfigError, SubmitError
+from workbench.errors import ConfigError, SubmitError, UserFacing
 from workbench.launch.executors import make_executor
 from workbench.launch.run import Run, live_job
 from workbench.proctree import Proc
@@ -153,7 +154,11 @@ def _start(cfg: JobConfig, run_dir: str | Path | None, *, job: Any = None, from_
     check_before_submit(cfg)
     run = RunDir(Path(run_dir or default_run_dir(cfg)))
     existed = run.root.exists()
-    with run.locked("submit"):  # one submission at a time into a folder
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(run.locked("submit"))  # one submission at a time into a folder
+        except OSError as exc:  # a read-only folder, a file on the way: one line, not a bare OSError
+            raise _cannot_make(run, exc, existed) from None
         _check_folder_free(run)
         _check_checkpoints(run, from_scratch)
         _prepare(run, cfg, {**(facts or {}), **submit_provenance()}, existed)
@@ -189,11 +194,17 @@ def _prepare(run: RunDir, cfg: JobConfig, facts: dict[str, Any], existed: bool) 
     try:
         return run.prepare(cfg, cfg.launch.executor, **facts)
     except OSError as exc:
-        if not existed:
-            shutil.rmtree(run.root, ignore_errors=True)
-        fix = _FIXES.get(exc.errno or 0, "check the path, or set launch.run_root to another folder")
-        raise ConfigError([f"launch.run_root: cannot make the run folder {run.root} ({exc.strerror or exc}); "
-                           f"{fix}"]) from None
+        raise _cannot_make(run, exc, existed) from None
+
+
+def _cannot_make(run: RunDir, exc: OSError, existed: bool) -> ConfigError:
+    """The one line for a run folder that cannot be made or written (a folder made for it is removed)."""
+    if not existed:
+        shutil.rmtree(run.root, ignore_errors=True)
+    if isinstance(exc, UserFacing):  # already one line naming the file (a link where a file goes)
+        return ConfigError([str(exc)])
+    fix = _FIXES.get(exc.errno or 0, "check the path, or set launch.run_root to another folder")
+    return ConfigError([f"launch.run_root: cannot make the run folder {run.root} ({exc.strerror or exc}); {fix}"])
 
 
 _FIXES = {

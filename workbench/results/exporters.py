@@ -12,9 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from workbench.errors import ArgumentError
+from workbench.errors import ArgumentError, NotWrittenError
 from workbench.runfolder.layout import tensorboard_rank
-from workbench.runfolder.private import make_dirs, private_umask
+from workbench.runfolder.private import make_dirs, private_umask, replacing
 
 if TYPE_CHECKING:
     from workbench.launch.run import Run
@@ -63,17 +63,27 @@ def export_metrics(run: Run, path: str | Path | None = None, format: str | None 
     if fmt not in FORMATS:
         raise ArgumentError(f"format: {fmt!r} is not one of {', '.join(FORMATS)}; name the file .csv or .parquet")
     target = Path(path) if path else run.dir.export(fmt)
-    make_dirs(target.parent)  # 0700 where made, like a run folder
+    if not path and target.parent.is_symlink():  # the run's own exports/ leads elsewhere: not written there
+        raise NotWrittenError(f"{target.parent}: a symbolic link, not the run's own folder: the workbench does "
+                              "not write through it; remove it and try again")
     frame = run.metrics()
-    if fmt == "csv":
-        with private_umask():  # a new file is 0600, whatever the caller's umask
-            frame.to_csv(target, index=False)
-        return target
+    if fmt != "csv":
+        try:
+            import pyarrow  # type: ignore[import-untyped]  # noqa: F401
+        except ImportError:
+            raise ImportError('Parquet needs pyarrow: pip install pyarrow (or pip install "workbench[parquet]"); '
+                              "CSV needs nothing") from None
+    # written beside the target and renamed over it (0600, its folder 0700 where made): a link in its
+    # place is replaced, never written through (runfolder.private.replacing)
     try:
-        import pyarrow  # type: ignore[import-untyped]  # noqa: F401
-    except ImportError:
-        raise ImportError('Parquet needs pyarrow: pip install pyarrow (or pip install "workbench[parquet]"); '
-                          "CSV needs nothing") from None
-    with private_umask():
-        frame.to_parquet(target, index=False)
+        with replacing(target, "w", newline="") if fmt == "csv" else replacing(target) as fh:
+            if fmt == "csv":
+                frame.to_csv(fh, index=False)
+            else:
+                frame.to_parquet(fh, index=False)
+    except NotWrittenError:
+        raise
+    except OSError as exc:  # a read-only or full folder, a file in a folder's place: one line, not a traceback
+        raise NotWrittenError(f"{target}: the metrics cannot be written there ({exc.strerror or exc}); give "
+                              f"another path, e.g. run.export_metrics('metrics.{fmt}')") from exc
     return target

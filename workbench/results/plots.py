@@ -340,10 +340,10 @@ def save_run_plot(frame: pd.DataFrame | MetricData, path: str, **kwargs: Any) ->
 def save_figure(fig: Figure, path: str | Path) -> None:
     """Write `fig` as a private file (0600, workbench.runfolder.private), in the format its suffix
     names; a PNG is drawn once by Agg (no pyplot, no second draw)."""
-    from workbench.runfolder.private import open_private
+    from workbench.runfolder.private import replacing
 
     fmt = Path(path).suffix.lstrip(".") or "png"
-    with open_private(path, "wb") as fh:
+    with replacing(path) as fh:  # written beside and renamed: a link in its place is replaced
         if fmt == "png" and fig.dpi == 100:
             from matplotlib.backends.backend_agg import FigureCanvasAgg
 

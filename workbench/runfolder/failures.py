@@ -16,6 +16,7 @@ from typing import Any
 
 from workbench.runfolder import records
 from workbench.runfolder.layout import RunDir, write_json_atomic
+from workbench.runfolder.private import open_private, write_atomic
 
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 RESERVE_BYTES = 64 * 1024
@@ -82,7 +83,7 @@ def reserve_error_space(run: RunDir, rank: int) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         if not path.exists() or path.stat().st_size < RESERVE_BYTES:
-            path.write_bytes(b" " * RESERVE_BYTES)
+            write_atomic(path, b" " * RESERVE_BYTES)
     except OSError:
         pass  # already full: write_error tries the normal way
 
@@ -103,7 +104,7 @@ def write_error(run: RunDir, rank: int, record: dict[str, Any]) -> None:
         record = {**record, "traceback": "...\n" + str(record.get("traceback", ""))[-RESERVE_BYTES // 2:]}
         data = json.dumps(record, default=str).encode()[:RESERVE_BYTES]
     reserve = run.error_reserve(rank)
-    with open(reserve, "r+b") as fh:
+    with open_private(reserve, "r+b") as fh:  # the reserve itself, not what a link there names
         fh.write(data + b" " * (RESERVE_BYTES - len(data)))
     os.replace(reserve, run.error(rank))
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workbench.runfolder.layout import RANK_JSONL, rank_of
+from workbench.runfolder.private import open_regular
 from workbench.runfolder.records import ANY_OBJECT, MAX_LINE_BYTES, METRIC, Schema, parse_line, warn_damaged
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ class JsonlTail:
         """Hand every block of complete lines appended since the last poll to `take`, in order."""
         damaged: list[tuple[int, str]] = []
         try:
-            with open(self.path, "rb") as fh:
+            with open_regular(self.path) as fh:  # a FIFO or a device in its place: unreadable, said once
                 while self._read_chunk(fh, take, damaged):
                     pass
         except (FileNotFoundError, NotADirectoryError):
@@ -178,7 +179,7 @@ class MetricTail(JsonlTail):
         if upto <= self._counted_to:
             return
         try:
-            with open(self.path, "rb") as fh:
+            with open_regular(self.path) as fh:
                 fh.seek(self._counted_to)
                 left = upto - self._counted_to
                 while left > 0 and (data := fh.read(min(left, self.CHUNK_BYTES))):

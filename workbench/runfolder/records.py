@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import DamagedFileWarning
+from workbench.runfolder.private import read_bounded
 
 MAX_LINE_BYTES = 1 << 20
 """A JSONL line longer than this is damaged (the engine writes lines of a few hundred bytes)."""
@@ -233,8 +234,7 @@ def read_object(path: str | Path, schema: Schema = ANY_OBJECT) -> dict[str, Any]
     (warned once per file version).  Never raises for what the file holds."""
     path = Path(path)
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_FILE_BYTES + 1)
+        data = read_bounded(path, MAX_FILE_BYTES + 1)  # a regular file only: a FIFO there is not waited on
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as exc:  # a folder in its place, no permission: unreadable is absent, with a word

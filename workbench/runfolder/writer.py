@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from workbench.runfolder.private import make_dirs, open_private
+from workbench.runfolder.private import make_dirs, open_private, open_regular
 
 
 class JsonlWriter:
@@ -37,6 +37,6 @@ class JsonlWriter:
 
 
 def _ends_with_newline(path: Path) -> bool:
-    with open(path, "rb") as fh:
+    with open_regular(path) as fh:
         fh.seek(-1, 2)
         return fh.read(1) == b"\n"

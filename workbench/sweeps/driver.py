@@ -31,6 +31,7 @@ from workbench.errors import ConfigError, SubmitError
 from workbench.launch.run import Run
 from workbench.proctree import Proc
 from workbench.runfolder.layout import RunDir, SweepDir, safe_name
+from workbench.runfolder.private import write_atomic
 from workbench.sweeps import space as sp
 from workbench.sweeps.array import SlurmArrays, slurm_space_problems
 from workbench.sweeps.script import SweptScript
@@ -101,7 +102,7 @@ def sweep(cfg: JobConfig, space: Mapping[str, Any], *, trials: int | None = None
     made_sampler = make_sampler(sampler, space)  # a bad name (sampler or pruner): nothing made
     made_pruner = make_pruner(pruner, made_sampler)
     folder = SweepDir.new(cfg.launch.run_root, safe_name(name or cfg.launch.name or cfg.task.name)).create()
-    cfg.to_yaml(folder.config)
+    write_atomic(folder.config, cfg.to_yaml().encode())  # beside and renamed: no link is written through
     write_work(folder, task, fn, fn_args)
     folder.update_meta(name=folder.root.name, space=sp.space_to_json(space), metric=metric, direction=direction,
                        trials=trials or len(points), parallel=parallel,
@@ -495,14 +496,19 @@ class Sweep:
     @classmethod
     def load(cls, folder: str | Path, *, resume: bool = True, pool: Pool | None = None, sampler: Any = None,
              pruner: Any = None, background: bool = True, stop_with_caller: bool = False,
-             on_event: Callable[[str], None] | None = None) -> Sweep:
+             on_event: Callable[[str], None] | None = None, trust: bool = False) -> Sweep:
         """Reopen a sweep folder (after a kernel restart, or from another process).  With `resume`,
         trials whose runs still run are followed again, those whose run never started or died with
         the old driver are queued again with the same values, and the sweep goes on to its number of
-        trials; finished and pruned trials are not repeated."""
+        trials; finished and pruned trials are not repeated.
+
+        Resuming unpickles the sweep's task (task.pkl), code that runs as you: only from a folder that is
+        your own and writable by no one else (UntrustedFileError names the file and its owner), or
+        with `trust=True`.  A read-only view (`resume=False`) reads no pickle."""
         from workbench.sweeps.views import open_sweep, reattach
 
-        sweep = open_sweep(cls, SweepDir(Path(folder)), pool, sampler, pruner, stop_with_caller, on_event)
+        sweep = open_sweep(cls, SweepDir(Path(folder)), pool, sampler, pruner, stop_with_caller, on_event,
+                           resume=resume, trust=trust)
         sweep.script = SweptScript.from_json((sweep.dir.read_meta() or {}).get("script"))
         if not resume:
             sweep.readonly = True

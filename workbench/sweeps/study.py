@@ -40,12 +40,18 @@ def write_work(folder: SweepDir, task: Any, fn: Any, fn_args: tuple[Any, ...]) -
     write_atomic(folder.task_pickle, dumps({"task": task, "fn": fn, "fn_args": tuple(fn_args)}))
 
 
-def read_work(folder: SweepDir) -> dict[str, Any]:
+def read_work(folder: SweepDir, trust: bool = False) -> dict[str, Any]:
+    """The swept task or function (task.pkl): unpickled only from a folder that is the user's own and
+    private, else UntrustedFileError naming the file and why (`trust` reads it anyway)."""
     if not folder.task_pickle.exists():
         return {}
     import cloudpickle
 
-    return dict(cloudpickle.loads(folder.task_pickle.read_bytes()))
+    from workbench.runfolder.private import check_trusted, open_regular
+
+    check_trusted(folder.root, folder.task_pickle, trust)
+    with open_regular(folder.task_pickle) as fh:
+        return dict(cloudpickle.load(fh))
 
 
 def label(given: Any, default: str) -> str:

@@ -81,7 +81,10 @@ def _row(sweep: Sweep, t: Any, metric: str) -> dict[str, Any]:
 
 
 def open_sweep(cls: type[Sweep], folder: SweepDir, pool: Any, sampler: Any, pruner: Any, stop_with_caller: bool,
-               on_event: Any) -> Sweep:
+               on_event: Any, resume: bool = True, trust: bool = False) -> Sweep:
+    """The sweep in `folder`; its task or function (task.pkl) is unpickled only to `resume` it (a
+    read-only view submits nothing), and only from a folder that is the user's own and private, or
+    with `trust` (runfolder.private.check_trusted)."""
     from workbench.sweeps.study import PRUNERS, SAMPLERS, make_pruner, make_sampler, optuna_module, read_work, storage
 
     meta = folder.read_meta() if folder.root.is_dir() else None
@@ -97,7 +100,7 @@ def open_sweep(cls: type[Sweep], folder: SweepDir, pool: Any, sampler: Any, prun
     made_sampler = make_sampler(sampler or named, space)
     study = optuna.load_study(study_name="sweep", storage=storage(folder), sampler=made_sampler,
                               pruner=make_pruner(pruner or pruned, made_sampler))
-    work = read_work(folder)
+    work = read_work(folder, trust) if resume else {}
     return cls(folder, study, space, JobConfig.from_yaml(folder.config), trials=int(meta["trials"]),
                parallel=int(meta.get("parallel") or 1), metric=str(meta["metric"]), task=work.get("task"),
                fn=work.get("fn"), fn_args=tuple(work.get("fn_args") or ()), pool=pool,

@@ -237,6 +237,8 @@ def files_url(path: Any) -> str | None:
     from pathlib import Path
     from urllib.parse import quote
 
+    from workbench.runfolder.private import read_bounded
+
     try:
         from jupyter_core.paths import jupyter_runtime_dir
     except ImportError:
@@ -244,9 +246,9 @@ def files_url(path: Any) -> str | None:
     servers = []
     for info_file in Path(jupyter_runtime_dir()).glob("jpserver-*.json"):
         try:
-            info = json.loads(info_file.read_text())
+            info = json.loads(read_bounded(info_file, 1 << 20))
             root = Path(info["root_dir"]).expanduser().resolve()
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, RecursionError):
             continue
         if Path(path).is_relative_to(root):
             servers.append((info.get("pid") == os.getppid(), info, root))

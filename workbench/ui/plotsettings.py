@@ -32,9 +32,16 @@ PER_RUN = ("ranks", "smooth")
 KEPT_RUNS = 200
 
 
+MAX_BYTES = 1 << 20
+"""A settings file larger than this is not the workbench's: ignored, as a damaged one."""
+
+
 def _read() -> dict[str, Any]:
-    try:
-        saved = json.loads(settings_path().read_text())
+    from workbench.runfolder.private import read_bounded
+
+    try:  # a regular file only (a FIFO there is not waited on), bounded; nested too deeply is damaged
+        data = read_bounded(settings_path(), MAX_BYTES + 1)
+        saved = json.loads(data) if len(data) <= MAX_BYTES else None
     except (OSError, ValueError, RecursionError):
         return {}
     return saved if isinstance(saved, dict) else {}

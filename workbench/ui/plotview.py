@@ -56,10 +56,12 @@ def lab_theme() -> str:
 
     folder = os.environ.get("JUPYTERLAB_SETTINGS_DIR") or str(Path.home() / ".jupyter" / "lab" / "user-settings")
     path = Path(folder) / "@jupyterlab" / "apputils-extension" / "themes.jupyterlab-settings"
-    try:
-        text = re.sub(r"^\s*//.*$", "", path.read_text(), flags=re.M)  # the file may carry // comments
+    from workbench.runfolder.private import read_bounded
+
+    try:  # a regular file, bounded (a FIFO there is not waited on); nested too deeply is damaged
+        text = re.sub(r"^\s*//.*$", "", read_bounded(path, 1 << 20).decode(), flags=re.M)  # it may carry // comments
         theme = str(json.loads(text).get("theme", ""))
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         return "light"
     return "dark" if "dark" in theme.lower() else "light"
 
