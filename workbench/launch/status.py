@@ -147,17 +147,31 @@ def rank_statuses(run: RunDir, world_size: int, job_done: bool, logged: dict[int
         age = now - data["time"]
         state = data["state"]
         live = liveness(state, age, lost_after_s)
-        if state in ACTIVE and (job_done or live == "lost"):
-            # never said how it ended: killed, out of memory, or frozen past lost_after_s; or named hung by
-            # its own heartbeat (the error record says so) and then stopped by its agent
-            error = run.read_error(rank)
-            state = "hung" if isinstance(error, dict) and error.get("type") == "Hung" else "lost"
+        if (state in ACTIVE and (job_done or live == "lost")) or state in ("aborted", "interrupted"):
+            state = ended_unsaid(run, rank, state, data)
         step = max(data.get("step", 0), logged.get(rank, 0))
         out.append(RankStatus(rank, state, step, round(age, 2), data.get("host", ""), data.get("pid"),
                               data.get("attempt", 0), live == "silent",
                               bool(data.get("stalled")) and state == "running", data.get("in_sync"),
                               data.get("output_lines", 0)))
     return out
+
+
+def ended_unsaid(run: RunDir, rank: int, state: str, data: Mapping[str, Any]) -> str:
+    """How a rank reads that did not say how it ended (still "starting"/"running" when its job ended
+    or its heartbeat stopped), or that was stopped from outside ("aborted" for a peer's failure,
+    "interrupted" by a signal): "hung" when it was named hung, that being what held the others up,
+    whatever stopped it then: its error record of this attempt says Hung (dist.on_hang: fail), or
+    its status says it was named (dist.on_hang: warn) and was still stalled when it was stopped.
+    Else a rank that said nothing is "lost" (killed, out of memory, stopped or frozen past
+    lost_after_s), and an aborted or interrupted one stays so."""
+    error = run.read_error(rank)
+    attempt = data.get("attempt", 0)
+    if isinstance(error, dict) and error.get("attempt", attempt) == attempt:
+        hung = error.get("type") == "Hung"
+    else:
+        hung = data.get("hung") is True and (state in ACTIVE or data.get("stalled") is True)
+    return "hung" if hung else ("lost" if state in ACTIVE else state)
 
 
 def pruned_mark(meta: Mapping[str, Any]) -> bool:
@@ -184,7 +198,7 @@ def overall_state(run: RunDir, ranks: list[RankStatus], job_done: bool, cancelle
         return "failed"
     if run.read_summary():  # every rank trained to the end together; a late "lost" is moot
         return "finished"
-    if any(r.state == "lost" for r in ranks):
+    if any(r.state in ("lost", "hung") for r in ranks):  # gone without a word, or named hung and then gone
         return "failed"
     if job_done:
         return "finished" if ranks and all(r.state == "finished" for r in ranks) else "failed"
