@@ -91,6 +91,8 @@ class RankMonitor:
         self.lost_after_s = lost_after_s
         """dist.lost_after_s: a neighbour silent this long is reported lost (readers use the same)."""
         self.stalled = False
+        """No step, output or CPU work for the stall limit (its stacks dumped): said in its status with
+        `stalled_since`, its last progress, and where it is stuck (HangWatch.fields)."""
         self._pid_start = getattr(Proc.of(os.getpid()), "start", 0)
         """Its process's start time: a reader on its node tells this process from a later one with its pid."""
         self._progress: tuple[Any, float] = ((0, 0), time.time())  # (step, output) and when first seen
@@ -127,6 +129,7 @@ class RankMonitor:
             "pid": os.getpid(), "host": node_name(), "attempt": self.attempt,
             "pid_start": self._pid_start, "stalled": self.stalled, "in_sync": self.in_sync,
             "output_lines": self.output_seen, **self.hang.fields(),
+            **({"stalled_since": self._progress[1]} if self.stalled else {}),
         })
 
     def set_state(self, state: str) -> None:
