@@ -9,7 +9,7 @@ import pytest
 
 import workbench
 from tests.support import SCRIPTS
-from tests.support.lifecycle import run_processes, wait_until
+from tests.support.lifecycle import assert_nothing_left, wait_until
 from tests.support.tasks_for_tests import diverging_at, failing_at, slow_on
 from workbench.config import JobConfig
 from workbench.engine.health import shard_report
@@ -78,15 +78,22 @@ def test_a_hung_rank_is_named_and_every_rank_dumps_its_stacks(tmp_path):
     assert "tasks_for_tests.py" not in stacks[0]  # rank 0 waits in the collective, not in user code
     assert all(r.stalled for r in run.status().ranks)
     assert run.health()["stalled_ranks"] == [0, 1]
+    # the progress line says the stall (issue 28), not the rate and ETA from before it
+    wait_until(lambda: "rank 1 at " in run.status().progress_line(), 30, "the stall line names rank 1's frame")
+    line = run.status().progress_line()
+    assert line.startswith("stalled ") and " s at step " in line, line
+    assert "tasks_for_tests.py:" in line and "rank 0 waits in a collective" in line, line
+    assert "steps/s" not in line and "ETA" not in line, line
     if __import__("importlib").util.find_spec("ipywidgets"):
         from workbench.ui.dashboard import Dashboard
 
         board = Dashboard(run, autostart=False)
         board.refresh()
         assert "stack dump of rank 1" in board.stacks.value and "stalled" in board.health.value
+        assert "‖ stalled " in board.eta.value and "rank 1 at " in board.eta.value, board.eta.value
     run.cancel()
     assert run.wait(timeout=60).state == "cancelled"
-    assert not run_processes(run.folder)
+    assert_nothing_left(run.folder)
 
 
 def test_script_without_set_epoch_is_reported(tmp_path):

@@ -4,6 +4,7 @@ events exactly as the ranks write them."""
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from pathlib import Path
@@ -67,10 +68,65 @@ def test_silent_then_lost_by_one_rule_and_one_message(tmp_path):
     monitor._watch_neighbour()
     monitor.close()
     written = Run(run.root).exception(status)
-    pattern = (r"rank 1 sent no heartbeat for \d+ s "
-               r"\(stopped or hung, killed by a signal, out of memory, or its node failed\)")
+    pattern = (r"rank 1 sent no heartbeat for \d+ s \(stopped answering: stopped or hung; "  # on another node:
+               r"or killed by a signal, out of memory, or its node failed\)")  # both, as nothing else is known
     assert re.fullmatch(pattern, seen_from_outside.message)
     assert re.fullmatch(pattern + "; noticed by rank 0", written.message)
+
+
+@pytest.mark.parametrize("there", [True, False])
+def test_a_lost_rank_on_this_node_is_said_stopped_if_its_process_is_there_else_killed(tmp_path, there):
+    """A rank that stopped beating while its process still exists stopped answering (SIGSTOP, or hung
+    with all its threads); one whose process is gone was killed.  Said alike by the ranks' watcher
+    and a reader.  (This test's own process stands for a stopped rank; the same pid with another start
+    time is a process that is gone, its pid reused.)"""
+    from workbench.proctree import Proc
+    from workbench.runfolder.rankstate import node_name
+
+    run = _run_folder(tmp_path)
+    start = Proc.of(os.getpid()).start
+    _status(run, 0, "running", 5)
+    write_json_atomic(run.status(1), {"rank": 1, "state": "running", "step": 5, "time": time.time() - 65,
+                                      "pid": os.getpid(), "pid_start": start if there else start + 1,
+                                      "host": node_name(), "attempt": 0})
+    status = run_status(run, 2, job_done=False, cancelled=False, frames={})
+    seen_from_outside = Run(run.root).exception(status).message
+    monitor = RankMonitor(run, 0, 2)
+    monitor._watch_neighbour()
+    monitor.close()
+    written = Run(run.root).exception(status).message
+    if there:
+        pattern = (r"rank 1 stopped answering: no heartbeat for \d+ s, its process still there "
+                   r"\(stopped, e\.g\. by SIGSTOP, or hung with all its threads\)")
+    else:
+        pattern = r"rank 1 sent no heartbeat for \d+ s and its process is gone \(killed by a signal, or out of memory\)"
+    assert re.fullmatch(pattern, seen_from_outside), seen_from_outside
+    assert re.fullmatch(pattern + "; noticed by rank 0", written), written
+    assert ("killed" in written) is not there and ("SIGSTOP" in written) is there
+
+
+def test_a_rank_named_hung_reads_hung_however_it_ended_without_a_word(tmp_path):
+    """A rank named hung is what held the others up, however it was stopped then: with dist.on_hang: fail
+    its error record says Hung, and its agent's SIGTERM may make it "interrupted" first; with warn only
+    its status says so (`hung`), and the job ends with it still "running", or it stops itself when a
+    peer's collective timed out under it ("aborted").  The per-rank summary says hung in each case.  An
+    error of its own (killed: Lost) is what it says; ranks never named hung, or named but moving again
+    when stopped, stay aborted, interrupted or lost."""
+    run = _run_folder(tmp_path, world=7)
+    ranks = [(0, "aborted", False, False), (1, "running", True, True), (2, "aborted", True, True),
+             (3, "running", True, True), (4, "interrupted", False, False), (5, "interrupted", False, False),
+             (6, "interrupted", True, False)]
+    for rank, state, hung, stalled in ranks:
+        write_json_atomic(run.status(rank), {"rank": rank, "state": state, "step": 7, "time": time.time() - 5,
+                                             "pid": 1, "host": "node", "attempt": 0, "hung": hung,
+                                             "stalled": stalled})
+    for rank, kind in [(3, "Lost"), (4, "Hung")]:
+        write_json_atomic(run.error(rank), {"rank": rank, "type": kind, "message": "...", "time": time.time(),
+                                            "attempt": 0})
+    status = run_status(run, 7, job_done=True, cancelled=False, frames={})
+    assert [r.state for r in status.ranks] == ["aborted", "hung", "hung", "lost", "hung", "interrupted",
+                                               "interrupted"]
+    assert "ranks 0:aborted, 1:hung, 2:hung, 3:lost, 4:hung, 5:interrupted, 6:interrupted)" in str(status)
 
 
 def test_the_runs_lost_after_s_is_the_one_limit_of_its_watcher_and_its_readers(tmp_path):

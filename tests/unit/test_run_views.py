@@ -4,6 +4,7 @@ ranks write them; no rank processes."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -60,6 +61,82 @@ def test_eta_is_unknown_before_a_rate_and_zero_when_done():
         "finished · step 80/100 (100%) · 3 steps/s"
 
 
+
+
+def test_a_stalled_run_says_how_long_at_which_step_and_who_holds_it_up_never_a_rate():
+    """Issue 28: a run whose ranks stalled read "running · ... · 44.4 steps/s · ETA 0:12:00" for
+    minutes.  Its line says the stall instead: the longest time without progress, the step, and the
+    ranks that hold the others up (stuck outside a collective, or silent), with where they are."""
+    stuck = RankStatus(1, "running", 9, 1.0, stalled=True, stalled_s=44.2, where="train.py:42 in loss_fn")
+    waiting = RankStatus(0, "running", 9, 1.0, stalled=True, stalled_s=45.3, where="train.py:80 in step",
+                         waiting=True)
+    status = RunStatus("running", [waiting, stuck], 9, 32000, steps_per_s=44.4)
+    line = "stalled 45 s at step 9/32000 (0%): rank 1 at train.py:42 in loss_fn; rank 0 waits in a collective"
+    assert status.stalled and status.stall_line() == line and status.progress_line() == line
+    assert "steps/s" not in line and "ETA" not in line
+
+    # only waiting ranks (the one they wait for is not stalled yet): each named where it waits
+    both = RunStatus("running", [waiting, dataclasses.replace(stuck, waiting=True)], 9, None, steps_per_s=44.4)
+    assert both.progress_line() == ("stalled 45 s at step 9: rank 0 waiting in a collective at train.py:80 in step; "
+                                    "rank 1 waiting in a collective at train.py:42 in loss_fn")
+    # a silent rank (no heartbeat: SIGSTOP, or hung with all its threads) holds up the others too
+    silent = RankStatus(1, "running", 9, 35.4, silent=True)
+    assert RunStatus("running", [waiting, silent], 9, 32000, steps_per_s=44.4).progress_line() == (
+        "stalled 45 s at step 9/32000 (0%): rank 1 not answering (no heartbeat for 35 s: stopped or hung); "
+        "rank 0 waits in a collective")
+    assert RunStatus("running", [RankStatus(0, "running", 9, 1.0), silent], 9, 100).progress_line() == (
+        "stalled 35 s at step 9/100 (9%): rank 1 not answering (no heartbeat for 35 s: stopped or hung)")
+    # moving again, or over: the usual line
+    assert not RunStatus("running", [RankStatus(0, "running", 9, 1.0)], 9, 100).stall_line()
+    ended = RunStatus("failed", [waiting, stuck], 9, 32000, steps_per_s=44.4)
+    assert not ended.stalled and ended.progress_line() == "failed · step 9/32000 (0%) · 44.4 steps/s"
+
+
+def test_the_stall_a_rank_writes_is_the_one_every_view_shows(tmp_path, capsys):
+    """The rank's heartbeat writes that it stalled, since when and where (its status file); the status
+    computes the seconds and the line once; `workbench show`, the dashboard and `workbench run`'s
+    follow loop print that line."""
+    from workbench.cli import main
+    from workbench.cli.printing import ProgressPrinter
+    from workbench.engine.monitor import RankMonitor
+    from workbench.ui.dashboard import progress_text
+    from workbench.ui.state import read_state
+
+    run = run_folder(tmp_path, steps=9)
+    monitor = RankMonitor(run, 1, 2, stall_after_s=5)
+    monitor.state, monitor.step, monitor._heartbeat_s = "running", 9, 1e9  # no CPU use counts as work here
+    began = time.time() - 40  # its last step, 40 s ago
+    monitor._watch_progress(began)  # seen at a heartbeat then
+    monitor._watch_hang(began)
+    monitor._watch_progress(began + 30)
+    monitor._watch_hang(began + 30)  # where it stands: this test's own frame (the user's code here)
+    monitor.write_status()
+    monitor.close()
+    assert monitor.stalled and run.stacks(1).exists()
+
+    handle = Run.load(run.root)
+    status = handle.status()
+    rank = status.ranks[1]
+    assert rank.stalled and not rank.waiting and rank.stalled_s >= 30
+    assert rank.where.endswith("in test_the_stall_a_rank_writes_is_the_one_every_view_shows"), rank.where
+    line = status.progress_line()
+    assert line.startswith("stalled ") and f" s at step 9: rank 1 at {rank.where}" in line, line
+    assert "steps/s" not in line and "ETA" not in line
+
+    state = read_state(handle)
+    assert state.line.startswith("stalled ") and state.stall == state.line
+    assert "<b>‖ stalled " in progress_text(state) and "rank 1 at " in progress_text(state)
+    main(["show", str(run.root)])
+    assert "rank 1 at " in capsys.readouterr().out
+
+    printer = ProgressPrinter()
+    printer.say_stall(status, 100.0)
+    printer.say_stall(status, 110.0)  # said when it starts, not every poll
+    printer.say_stall(status, 100.0 + printer.STALL_EVERY_S)
+    said = capsys.readouterr().out.splitlines()
+    assert len(said) == 2 and all(text.startswith("[workbench] stalled ") for text in said), said
+    printer.say_stall(dataclasses.replace(status, ranks=[]), 200.0)  # moving again: nothing to say
+    assert capsys.readouterr().out == "" and printer.stall_said_at is None
 
 
 def test_metrics_give_wall_time_elapsed_and_samples_and_keep_time(tmp_path):

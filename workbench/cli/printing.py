@@ -210,10 +210,14 @@ class ProgressPrinter:
     KNOWN = ("loss", "loss_reduced", "lr", "samples_per_s", "step_time_s", "comm_wait_s", "mem_mb")
     HIDDEN = {"rank", "step", "time", "epoch", "attempt", "data_time_s", "comm_busy_s", *KNOWN}
 
+    STALL_EVERY_S = 30.0
+    """A stall is said when it starts, then again every this many seconds while it lasts."""
+
     def __init__(self, quiet: bool = False, every_s: float = 10.0, ranks: str | None = None,
                  every_steps: int | None = None, script_every_s: float = 2.0):
         self.quiet, self.every_s, self.ranks, self.every_steps = quiet, every_s, ranks, every_steps
         self.script_every_s = script_every_s
+        self.stall_said_at: float | None = None
         self.output: Any = None
         self.total: int | None = None
         self.printed_step = 0
@@ -232,6 +236,19 @@ class ProgressPrinter:
         for step in self.due(run, time.monotonic(), final):
             print(progress_line(run.metric_frames.frames, step, self.total), flush=True)
             self.printed_step, self.printed_at = step, time.monotonic()
+        self.say_stall(getattr(run, "latest_status", None), time.monotonic())
+
+    def say_stall(self, status: Any, now: float) -> None:
+        """While the run is stalled, its status's stall line (RunStatus.stall_line: how long, at which
+        step, which rank where): when the stall starts, then every STALL_EVERY_S; the step lines
+        stop meanwhile, and this says why."""
+        line = status.stall_line() if status is not None else ""
+        if not line:
+            self.stall_said_at = None
+            return
+        if self.stall_said_at is None or now - self.stall_said_at >= self.STALL_EVERY_S:
+            print(f"[workbench] {line}", flush=True)
+            self.stall_said_at = now
 
     def due(self, run: Any, now: float, final: bool) -> list[int]:
         """The steps to print now: each multiple of every_steps every logging rank has passed, else the

@@ -41,7 +41,6 @@ from workbench.engine.monitor import (
     PEER_FAILED_EXIT_CODE,
     PORT_RETRY_ENV,
     PORT_TAKEN_EXIT_CODE,
-    node_name,
 )
 from workbench.engine.preempt import SIGNAL as PREEMPT_SIGNAL
 from workbench.engine.rendezvous import RankContract, attempt, torchrun_env
@@ -59,7 +58,7 @@ from workbench.runfolder.failures import (
     write_error,
 )
 from workbench.runfolder.layout import RunDir, read_json, write_json_atomic
-from workbench.runfolder.rankstate import killed_message
+from workbench.runfolder.rankstate import killed_message, node_name
 from workbench.runfolder.writer import JsonlWriter
 
 STDERR_TAIL_BYTES = 32_000

@@ -212,10 +212,13 @@ class HangWatch:
         return self.found
 
     def fields(self) -> dict[str, object]:
-        """What the rank's status file says of it: stuck where, waiting in a collective or not."""
+        """What the rank's status file says of it: stuck where, waiting in a collective or not, and
+        `hung` once it was named hung (readers then call it hung however it ends without a word)."""
+        named = {"hung": True} if self.named else {}
         if self.found is None:
-            return {"waiting": False}
-        return {"waiting": self.found.waiting, "where": self.found.where, "stuck_s": round(self.found.silent_s, 1)}
+            return {"waiting": False, **named}
+        return {"waiting": self.found.waiting, "where": self.found.where, "stuck_s": round(self.found.silent_s, 1),
+                **named}
 
 
 def stack_text(frame: FrameType | None) -> str:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import os
-import socket
 import threading
 import time
 import traceback
@@ -25,11 +24,12 @@ from workbench.config.sections import DistConfig
 from workbench.engine.hang import HangWatch, hung_message, main_frame, stack_text
 from workbench.engine.mirrors import NoMirrors
 from workbench.engine.userframes import user_traceback
+from workbench.proctree import Proc
 from workbench.runfolder import events
 from workbench.runfolder.failures import describe, error_record, port_taken, write_error
 from workbench.runfolder.layout import RunDir, write_json_atomic
 from workbench.runfolder.private import replacing
-from workbench.runfolder.rankstate import ACTIVE, HEARTBEAT_S, is_lost, lost_message
+from workbench.runfolder.rankstate import ACTIVE, HEARTBEAT_S, is_lost, lost_message, node_name, process_there
 from workbench.runfolder.writer import JsonlWriter
 
 PEER_FAILED_EXIT_CODE = 75
@@ -41,11 +41,6 @@ PEER_POLL_S = 0.25
 """How often a rank looks for a peer's failure (its error file) between heartbeats."""
 BUSY_CPU_FRACTION = 0.05
 """A rank using more than this share of a core between heartbeats is working, not stalled."""
-
-
-def node_name() -> str:
-    """The node this rank runs on: SLURM's node name (several may share a host), else the hostname."""
-    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
 
 def _clip(text: str, limit: int = 200_000) -> str:
@@ -96,6 +91,10 @@ class RankMonitor:
         self.lost_after_s = lost_after_s
         """dist.lost_after_s: a neighbour silent this long is reported lost (readers use the same)."""
         self.stalled = False
+        """No step, output or CPU work for the stall limit (its stacks dumped): said in its status with
+        `stalled_since`, its last progress, and where it is stuck (HangWatch.fields)."""
+        self._pid_start = getattr(Proc.of(os.getpid()), "start", 0)
+        """Its process's start time: a reader on its node tells this process from a later one with its pid."""
         self._progress: tuple[Any, float] = ((0, 0), time.time())  # (step, output) and when first seen
         self._cpu_seen = time.process_time()
         self.output_seen = 0  # lines the rank printed (script mode counts them); output is progress
@@ -128,8 +127,9 @@ class RankMonitor:
         write_json_atomic(self.run.status(self.rank), {
             "rank": self.rank, "state": self.state, "step": self.step, "time": time.time(),
             "pid": os.getpid(), "host": node_name(), "attempt": self.attempt,
-            "stalled": self.stalled, "in_sync": self.in_sync, "output_lines": self.output_seen,
-            **self.hang.fields(),
+            "pid_start": self._pid_start, "stalled": self.stalled, "in_sync": self.in_sync,
+            "output_lines": self.output_seen, **self.hang.fields(),
+            **({"stalled_since": self._progress[1]} if self.stalled else {}),
         })
 
     def set_state(self, state: str) -> None:
@@ -236,7 +236,8 @@ class RankMonitor:
         data = self.run.read_status(peer)  # None when absent or damaged: then it proves nothing
         silent = (now or time.time()) - data["time"] if data else 0.0
         if data and data.get("state") in ACTIVE and is_lost(silent, self.lost_after_s):
-            write_error(self.run, peer, error_record(peer, "Lost", lost_message(peer, silent, noticed_by=self.rank),
+            message = lost_message(peer, silent, noticed_by=self.rank, there=process_there(data))
+            write_error(self.run, peer, error_record(peer, "Lost", message,
                                                      "", self.attempt, data.get("host", ""), data.get("step"),
                                                      reported_by=self.rank, last_seen=data["time"]))
 

@@ -10,11 +10,12 @@ from typing import Any
 from workbench.config.sections import JobConfig
 from workbench.engine.env import DistEnv, join_process_group, pick_device_and_backend
 from workbench.engine.mirrors import Mirrors
-from workbench.engine.monitor import RankMonitor, node_name
+from workbench.engine.monitor import RankMonitor
 from workbench.engine.preempt import PreemptionFlag
 from workbench.engine.tasks import build_task, load_task_factory, resolve_factory
 from workbench.runfolder import events
 from workbench.runfolder.layout import RunDir, write_json_atomic
+from workbench.runfolder.rankstate import node_name
 
 
 def run_rank(cfg: JobConfig, run_dir: str, factory: Callable[..., Any] | None = None,

@@ -27,7 +27,7 @@ from workbench.runfolder.events import EventSummary
 from workbench.runfolder.failures import controller_failure, last_traceback, write_controller_failure
 from workbench.runfolder.layout import RunDir, read_json
 from workbench.runfolder.private import check_trusted, open_regular
-from workbench.runfolder.rankstate import ENDED_RANK_STATES, is_lost, lost_message
+from workbench.runfolder.rankstate import ENDED_RANK_STATES, is_lost, lost_message, process_there
 from workbench.runfolder.reader import MultiTail, RankFrames
 from workbench.runfolder.records import ERROR, EVENT, read_object, warn_damaged
 
@@ -385,7 +385,8 @@ class Run:
             if r.state == "lost" and r.rank not in reported:
                 age = r.heartbeat_age_s or 0.0
                 silent = age if is_lost(age, self._lost_after_s()) else None  # else the job ended soon after a beat
-                found.append(RankFailure(r.rank, "Lost", lost_message(r.rank, silent),
+                there = process_there(self.dir.read_status(r.rank))  # from its node: stopped, or gone
+                found.append(RankFailure(r.rank, "Lost", lost_message(r.rank, silent, there=there),
                                          self.logs(r.rank, tail_bytes=4000), r.host, r.attempt, time.time() - age,
                                          reported_by="reader"))
         found += self._hung(status, reported | {f.rank for f in found})

@@ -52,6 +52,13 @@ class RankStatus:
     """Parameters matched every other rank at the last check (None: not checked yet)."""
     output_lines: int = 0
     """Lines the rank printed (counted in script and function runs)."""
+    stalled_s: float | None = None
+    """While stalled: seconds since its last progress (a step, a printed line, CPU work), as of now."""
+    where: str = ""
+    """While stalled: where its main thread is, its innermost frame of the user's code
+    ("train.py:42 in loss_fn"), as its heartbeat found it ("" when not known)."""
+    waiting: bool = False
+    """While stalled: its main thread waits in a collective (for a peer), not in the user's own code."""
 
 
 @dataclass
@@ -94,15 +101,46 @@ class RunStatus:
 
     def progress_line(self) -> str:
         """"running · step 363/1000 (36%) · 12.3 steps/s · ETA 0:00:52": the one line the dashboard,
-        `workbench show` and `workbench run` print, from this one object."""
-        parts = [self.state, f"step {self.step}" + (f"/{self.total_steps}" if self.total_steps else "")]
-        if self.progress is not None:
-            parts[-1] += f" ({self.progress:.0%})"
+        `workbench show` and `workbench run` print, from this one object.  While ranks are stalled or
+        silent it is stall_line() instead: a rate and an ETA would be the ones from before the stall."""
+        stall = self.stall_line()
+        if stall:
+            return stall
+        parts = [self.state, self._where_in_run()]
         if self.steps_per_s:
             parts.append(f"{self.steps_per_s:.3g} steps/s")
         if not self.done:
             parts.append(format_eta(self.eta_s))
         return " · ".join(parts)
+
+    def _where_in_run(self) -> str:
+        """"step 363/1000 (36%)"."""
+        text = f"step {self.step}" + (f"/{self.total_steps}" if self.total_steps else "")
+        return text + (f" ({self.progress:.0%})" if self.progress is not None else "")
+
+    @property
+    def stalled(self) -> bool:
+        """A running run that makes no progress: a rank stalled (dist.stall_after_s) or silent (no heartbeat)."""
+        return self.state == "running" and any(r.stalled or r.silent for r in self.ranks)
+
+    def stall_line(self) -> str:
+        """Why a running run makes no progress, in one line ("" when it does):
+        "stalled 45 s at step 9/32000 (0%): rank 1 at train.py:42 in loss_fn; rank 0 waits in a collective".
+        The ranks named are those that hold the others up: stuck outside a collective, or silent (no
+        heartbeat: stopped or hung); when every stalled rank waits in a collective, all of them.
+        The seconds are the longest any of them has made no progress (a silent rank: since its last beat)."""
+        if not self.stalled:
+            return ""
+        stalled = [r for r in self.ranks if r.stalled]
+        holding = [r for r in self.ranks if r.silent or (r.stalled and not r.waiting)] or stalled
+        silent = [r.heartbeat_age_s or 0.0 for r in self.ranks if r.silent]
+        seconds = max([r.stalled_s or 0.0 for r in stalled] + silent)
+        parts = [_held_up_by(r) for r in holding]
+        waiting = [r.rank for r in stalled if r.waiting and r not in holding]
+        if waiting:
+            who = f"rank {waiting[0]} waits" if len(waiting) == 1 else f"ranks {_listed(waiting)} wait"
+            parts.append(f"{who} in a collective")
+        return f"stalled {seconds:.0f} s at {self._where_in_run()}: " + "; ".join(parts)
 
     def frame(self) -> pd.DataFrame:
         import pandas as pd
@@ -117,6 +155,19 @@ class RunStatus:
         ranks = ", ".join(f"{r.rank}:{r.state}@{r.step}" for r in self.ranks)
         total = f"/{self.total_steps}" if self.total_steps else ""
         return f"{self.state} (step {self.step}{total}; ranks {ranks})"
+
+
+def _held_up_by(rank: RankStatus) -> str:
+    """One stalled or silent rank in the stall line: "rank 1 at train.py:42 in loss_fn"."""
+    if rank.silent:
+        return (f"rank {rank.rank} not answering (no heartbeat for {rank.heartbeat_age_s or 0:.0f} s: "
+                "stopped or hung)")
+    at = f" at {rank.where}" if rank.where else ""
+    return f"rank {rank.rank}" + (f" waiting in a collective{at}" if rank.waiting else at)
+
+
+def _listed(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks))
 
 
 def run_status(run: RunDir, world_size: int, job_done: bool, cancelled: float | bool | None,
@@ -147,17 +198,44 @@ def rank_statuses(run: RunDir, world_size: int, job_done: bool, logged: dict[int
         age = now - data["time"]
         state = data["state"]
         live = liveness(state, age, lost_after_s)
-        if state in ACTIVE and (job_done or live == "lost"):
-            # never said how it ended: killed, out of memory, or frozen past lost_after_s; or named hung by
-            # its own heartbeat (the error record says so) and then stopped by its agent
-            error = run.read_error(rank)
-            state = "hung" if isinstance(error, dict) and error.get("type") == "Hung" else "lost"
+        if (state in ACTIVE and (job_done or live == "lost")) or state in ("aborted", "interrupted"):
+            state = ended_unsaid(run, rank, state, data)
         step = max(data.get("step", 0), logged.get(rank, 0))
+        stalled = bool(data.get("stalled")) and state == "running"
         out.append(RankStatus(rank, state, step, round(age, 2), data.get("host", ""), data.get("pid"),
-                              data.get("attempt", 0), live == "silent",
-                              bool(data.get("stalled")) and state == "running", data.get("in_sync"),
-                              data.get("output_lines", 0)))
+                              data.get("attempt", 0), live == "silent", stalled, data.get("in_sync"),
+                              data.get("output_lines", 0), *(_stall(data, now) if stalled else (None, "", False))))
     return out
+
+
+def ended_unsaid(run: RunDir, rank: int, state: str, data: Mapping[str, Any]) -> str:
+    """How a rank reads that did not say how it ended (still "starting"/"running" when its job ended
+    or its heartbeat stopped), or that was stopped from outside ("aborted" for a peer's failure,
+    "interrupted" by a signal): "hung" when it was named hung, that being what held the others up,
+    whatever stopped it then: its error record of this attempt says Hung (dist.on_hang: fail), or
+    its status says it was named (dist.on_hang: warn) and was still stalled when it was stopped.
+    Else a rank that said nothing is "lost" (killed, out of memory, stopped or frozen past
+    lost_after_s), and an aborted or interrupted one stays so."""
+    error = run.read_error(rank)
+    attempt = data.get("attempt", 0)
+    if isinstance(error, dict) and error.get("attempt", attempt) == attempt:
+        hung = error.get("type") == "Hung"
+    else:
+        hung = data.get("hung") is True and (state in ACTIVE or data.get("stalled") is True)
+    return "hung" if hung else ("lost" if state in ACTIVE else state)
+
+
+def _stall(data: Mapping[str, Any], now: float) -> tuple[float | None, str, bool]:
+    """(seconds since its last progress, where it is stuck, waiting in a collective) of a stalled rank,
+    from its status: `stalled_since` (else the hang watch's `stuck_s` at the beat), `where`, `waiting`."""
+    if "stalled_since" in data:
+        seconds: float | None = max(0.0, now - float(data["stalled_since"]))
+    elif "stuck_s" in data:
+        seconds = float(data["stuck_s"]) + max(0.0, now - float(data["time"]))
+    else:
+        seconds = None
+    return (round(seconds, 1) if seconds is not None else None, str(data.get("where") or ""),
+            data.get("waiting") is True)
 
 
 def pruned_mark(meta: Mapping[str, Any]) -> bool:
@@ -184,7 +262,7 @@ def overall_state(run: RunDir, ranks: list[RankStatus], job_done: bool, cancelle
         return "failed"
     if run.read_summary():  # every rank trained to the end together; a late "lost" is moot
         return "finished"
-    if any(r.state == "lost" for r in ranks):
+    if any(r.state in ("lost", "hung") for r in ranks):  # gone without a word, or named hung and then gone
         return "failed"
     if job_done:
         return "finished" if ranks and all(r.state == "finished" for r in ranks) else "failed"

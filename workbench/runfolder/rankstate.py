@@ -1,6 +1,6 @@
 """The states a rank reports, and what its silence means: one definition for the ranks that write
 their status (``engine.monitor``) and everything that reads it (``launch.status``, the dashboard's
-badges, the CLI).  No imports: the engine and the notebook side both use it.
+badges, the CLI).
 
 A rank rewrites its status file every ``HEARTBEAT_S`` seconds.  Seen from outside, a rank that says
 it is starting or running but has not written for ``SILENT_AFTER_S`` (or half the lost limit, if
@@ -8,9 +8,20 @@ that is shorter) is *silent* (frozen, or its node is slow to answer: a warning);
 ``dist.lost_after_s`` (60 s unless set) it is *lost*: its neighbour in the ring of heartbeat
 watchers writes an error file for it and the run stops, and a reader that sees the same age calls
 it lost too (``liveness``, given the same ``dist.lost_after_s``), so both sides give one answer
-with one message (``lost_message``)."""
+with one message (``lost_message``).  Whoever calls a rank lost from the rank's own node also says
+whether its process is still there (``process_there``): a live process that stopped beating was
+stopped (SIGSTOP) or hung with all its threads; a gone one was killed.  No imports beyond the
+standard library and ``workbench.proctree`` (which has none): the engine and the notebook side both
+use it."""
 
 from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from typing import Any
+
+from workbench.proctree import Proc
 
 HEARTBEAT_S = 2.0
 SILENT_AFTER_S = 30.0
@@ -54,11 +65,37 @@ def is_lost(heartbeat_age_s: float, lost_after_s: float) -> bool:
     return heartbeat_age_s > lost_after_s
 
 
-def lost_message(rank: int, silent_s: float | None = None, noticed_by: int | None = None) -> str:
-    """Why a rank is called lost: one sentence, the same from the ranks' watcher and from a reader."""
-    how = f"sent no heartbeat for {silent_s:.0f} s" if silent_s is not None else "ended without reporting"
+def node_name() -> str:
+    """The node a process runs on: SLURM's node name (several may share a host), else the hostname.
+    A rank's status says its node; a process id means something only on that node."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
+def process_there(record: Mapping[str, Any] | None) -> bool | None:
+    """Whether the process a rank's status record names (`pid`, `pid_start`, `host`) still exists:
+    None when that cannot be told from here (another node, no pid).  A zombie, or a pid the kernel
+    has given to another process since (another start time), is gone."""
+    if not record or not isinstance(record.get("pid"), int) or record.get("host") != node_name():
+        return None
+    start = record.get("pid_start")
+    return Proc(int(record["pid"]), start if isinstance(start, int) else 0).alive()
+
+
+def lost_message(rank: int, silent_s: float | None = None, noticed_by: int | None = None,
+                 there: bool | None = None) -> str:
+    """Why a rank is called lost: one sentence, the same from the ranks' watcher and from a reader.
+    `there`: whether its process still exists (process_there; None: not known from where it was seen).
+    A process still there stopped answering (stopped, e.g. by SIGSTOP, or hung); a gone one was killed."""
     who = f"; noticed by rank {noticed_by}" if noticed_by is not None else ""
-    return f"rank {rank} {how} (stopped or hung, killed by a signal, out of memory, or its node failed){who}"
+    heard = f"no heartbeat for {silent_s:.0f} s" if silent_s is not None else "ended without reporting"
+    if there:
+        return (f"rank {rank} stopped answering: {heard}, its process still there "
+                f"(stopped, e.g. by SIGSTOP, or hung with all its threads){who}")
+    how = f"sent {heard}" if silent_s is not None else heard
+    if there is False:
+        return f"rank {rank} {how} and its process is gone (killed by a signal, or out of memory){who}"
+    return (f"rank {rank} {how} (stopped answering: stopped or hung; or killed by a signal, out of memory, "
+            f"or its node failed){who}")
 
 
 def killed_message(rank: int, signal_name: str) -> str:

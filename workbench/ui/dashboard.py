@@ -260,7 +260,11 @@ def files_url(path: Any) -> str | None:
 
 
 def progress_text(state: DashboardState) -> str:
-    """The status's own progress line (the one `workbench show` prints), state in bold."""
+    """The status's own progress line (the one `workbench show` prints), state in bold; a stalled
+    run's line (RunStatus.stall_line: how long, at which step, which rank where) bold up to its colon."""
+    if state.stall:
+        head, _, rest = state.stall.partition(": ")
+        return f"<span class='wb-progress wb-stalled'><b>‖ {html.escape(head)}:</b> {html.escape(rest)}</span>"
     head, _, rest = state.line.partition(" · ")
     return f"<span class='wb-progress'><b>{html.escape(head)}</b> · {html.escape(rest)}</span>"
 

@@ -71,7 +71,10 @@ class DashboardState:
     evals: pd.DataFrame = field(default_factory=pd.DataFrame)
     """The validation results so far (Run.evals())."""
     line: str = ""
-    """RunStatus.progress_line(): state, step, progress, rate, ETA, as `workbench show` prints them."""
+    """RunStatus.progress_line(): state, step, progress, rate, ETA, as `workbench show` prints them
+    (while the run is stalled, its stall line)."""
+    stall: str = ""
+    """RunStatus.stall_line(): why a running run makes no progress ("" while it does)."""
     earlier_failures: list[str] = field(default_factory=list)
     """Failures of attempts that were restarted (launch.max_restarts), each with its traceback's end."""
     scheduler_error: str = ""
@@ -101,7 +104,7 @@ def dashboard_state(status: RunStatus, failure: RankFailure | None = None, job_d
         status.steps_per_s, badges, failure_text(failure) if failed else "",
         failure.rank if failure is not None and failed else None,
         data if data is not None else MetricData({}), status.records, line=status.progress_line(),
-        scheduler_error=status.scheduler_error)
+        stall=status.stall_line(), scheduler_error=status.scheduler_error)
 
 
 def on_data_clock(status: RunStatus, data: MetricData) -> RunStatus:
