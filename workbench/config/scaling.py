@@ -151,9 +151,43 @@ def reference_note(cfg: JobConfig) -> str:
             f"{cfg.scaling.rule} rule: {formula}")
 
 
-def describe_change(cfg: JobConfig, old_world_size: int, new_world_size: int) -> str:
-    """One sentence on how effective batch, lr and warmup change between two world sizes."""
-    a, b = scaled(cfg, old_world_size), scaled(cfg, new_world_size)
+def describe_change(cfg: JobConfig, old_world_size: int, new_world_size: int, old: JobConfig | None = None) -> str:
+    """One sentence on how effective batch, lr and warmup change between two world sizes (`old`: the
+    config the run had at the old world size, when it differs)."""
+    a, b = scaled(old or cfg, old_world_size), scaled(cfg, new_world_size)
     return (f"world size {old_world_size} -> {new_world_size} under the {b.rule} rule: "
             f"effective batch {a.effective_batch} -> {b.effective_batch}, lr {a.lr:.3g} -> {b.lr:.3g}, "
             f"warmup {a.warmup_steps} -> {b.warmup_steps} steps")
+
+
+@dataclass(frozen=True)
+class Resize:
+    """How a run trained at one world size continues at another (workbench.submit(cfg, run_dir=...))."""
+
+    config: JobConfig
+    """What the run continues with: grad_accum_steps changed to keep the effective batch when it can,
+    and train.lr_ref_batch pinned to the batch the lr was tuned at, so the lr means what it meant."""
+    kept_batch: bool
+    message: str
+
+
+def resize(old: JobConfig, old_world_size: int, cfg: JobConfig, world_size: int) -> Resize:
+    """The effective batch is kept by changing grad_accum_steps when it divides (and
+    train.keep_batch_on_resize); else lr and warmup follow the scaling rule for the new batch."""
+    t = cfg.train
+    pinned = cfg.replace(train__lr_ref_batch=t.lr_ref_batch or reference_batch(old.train))
+    if world_size == old_world_size:
+        return Resize(cfg, True, "")
+    batch = effective_batch(old.train.micro_batch_size, old.train.grad_accum_steps, old_world_size)
+    per_accum = t.micro_batch_size * world_size
+    if t.keep_batch_on_resize and batch % per_accum == 0:
+        accum = batch // per_accum
+        kept = pinned.replace(train__grad_accum_steps=accum)
+        s = scaled(kept, world_size)
+        return Resize(kept, True, f"world size {old_world_size} -> {world_size}: grad_accum_steps "
+                                  f"{t.grad_accum_steps} -> {accum} keeps the effective batch {batch} "
+                                  f"(lr {s.lr:.3g}, warmup {s.warmup_steps} steps, as before)")
+    why = ("train.keep_batch_on_resize is false" if not t.keep_batch_on_resize else
+           f"the effective batch {batch} is not a multiple of micro_batch_size {t.micro_batch_size} x "
+           f"{world_size} ranks, so no grad_accum_steps keeps it")
+    return Resize(pinned, False, f"{describe_change(pinned, old_world_size, world_size, old)} ({why})")

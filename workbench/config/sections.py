@@ -128,6 +128,10 @@ class TrainConfig:
     """Write a checkpoint every this many steps (plus one at the end); empty: end of each epoch."""
     keep_checkpoints: int = 2
     """Number of most recent checkpoints kept on disk."""
+    keep_batch_on_resize: bool = True
+    """Resuming at another world size: change grad_accum_steps so the effective batch (and so lr and
+    warmup) stays what it was, when it divides; otherwise, or when false, lr and warmup follow the
+    scaling rule for the new effective batch.  The run's start line says which."""
     early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)
     """Stop when a validation metric stops improving."""
 
@@ -157,6 +161,15 @@ class DistConfig:
     """Ranks per node (one per GPU on GPU machines)."""
     backend: Backend = "auto"
     """Process-group backend: auto picks nccl on CUDA, xccl on XPU, gloo on CPU."""
+    strategy: Literal["ddp", "fsdp2"] = "ddp"
+    """ddp: every rank holds the whole model, its gradients and optimizer state; fsdp2 (fully_shard):
+    each rank holds 1/world_size of them, for models DDP cannot hold.  Same losses, same config."""
+    fsdp_units: list[str] = field(default_factory=list)
+    """fsdp2: module class names sharded as one unit each (all-gathered together in forward and
+    backward); empty: the model's repeated blocks (e.g. its transformer layers), else its large children."""
+    reshard_after_forward: bool = True
+    """fsdp2: free the gathered parameters after each unit's forward (less memory, one more all-gather
+    in backward); false keeps them until backward (ZeRO-2-like: faster, more memory)."""
     find_unused_parameters: bool = False
     """DDP: search for parameters without gradients each step (slower; only if the model needs it)."""
     gradient_as_bucket_view: bool = True

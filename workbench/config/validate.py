@@ -157,6 +157,21 @@ def _prefetch_needs_workers(d: Any) -> str | None:
     return None
 
 
+def _comm_hook_is_ddps(d: Any) -> str | None:
+    if d.strategy == "fsdp2" and d.comm_hook != "none":
+        return (f"dist.comm_hook: {d.comm_hook} compresses DDP's all-reduce; fsdp2 reduce-scatters in fp32 "
+                "(bf16 parameters with train.precision: bf16); set dist.comm_hook: none")
+    return None
+
+
+def _fsdp_unit_names(d: Any) -> str | None:
+    bad = [name for name in d.fsdp_units if not name.isidentifier()]
+    if bad:
+        return (f"dist.fsdp_units: {', '.join(map(repr, bad))} is not a class name; list module class names "
+                "such as [Block], or leave it empty for the model's repeated blocks")
+    return None
+
+
 def _persistent_needs_workers(d: Any) -> str | None:
     if d.persistent_workers and d.num_workers < 1:
         return "data.persistent_workers: needs data.num_workers > 0; set it to false or add workers"
@@ -258,6 +273,8 @@ _SECTION_RULES: dict[str, list[Rule]] = {
         _above("dist.stall_after_s", 0, "e.g. 300 (five minutes without a step), or leave it empty to follow "
                "the job's pace", optional=True),
         _at_least("dist.lost_after_s", 5, "ranks beat every 2 s: a shorter wait calls live ranks lost (default 60)"),
+        Rule(("dist.comm_hook", "dist.strategy"), _comm_hook_is_ddps),
+        Rule(("dist.fsdp_units",), _fsdp_unit_names),
     ],
     "launch": [Rule(("launch.time_limit",), _time_limit), Rule(("launch.run_root",), _run_root),
                Rule(("launch.name",), _run_name),

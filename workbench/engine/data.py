@@ -12,25 +12,43 @@ from workbench.config.sections import DataConfig
 
 
 class ResumableSampler(DistributedSampler):
-    """DistributedSampler that can start an epoch part-way, skipping samples already trained on.
+    """DistributedSampler that can start an epoch part-way, at a global sample position.
 
-    The order is the usual one for (seed, epoch), so a resumed run sees the same batches as an
-    uninterrupted one."""
+    The epoch's order is the usual one for (seed, epoch): one permutation of the dataset, padded (or
+    cut, with drop_last) to a multiple of the world size, dealt to the ranks in turn.  After k
+    micro-batches of b samples on each of W ranks, the first k*b*W samples of that order have been
+    trained on, whatever the world size was; `start` is that count, so a run resumed at the same or
+    another world size trains on the rest of the epoch, no sample twice and none skipped (rounded to
+    the new world size)."""
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.skip = 0
+        self.start = 0
 
-    def set_epoch(self, epoch: int, skip: int = 0) -> None:
+    def set_epoch(self, epoch: int, start: int = 0) -> None:
         super().set_epoch(epoch)
-        self.skip = skip
+        self.start = start
+
+    def epoch_order(self) -> list[int]:
+        """The whole epoch's order over all ranks, as DistributedSampler builds it."""
+        if self.shuffle:
+            g = torch.Generator()
+            g.manual_seed(self.seed + self.epoch)
+            indices = torch.randperm(len(self.dataset), generator=g).tolist()  # type: ignore[arg-type]
+        else:
+            indices = list(range(len(self.dataset)))  # type: ignore[arg-type]
+        if not self.drop_last:
+            padding = self.total_size - len(indices)
+            indices += (indices * (padding // max(1, len(indices)) + 1))[:padding]
+        return indices[:self.total_size]
 
     def __iter__(self) -> Iterator[int]:
-        indices = list(super().__iter__())
-        return iter(indices[self.skip:])
+        rest = self.epoch_order()[self.start:]
+        usable = len(rest) - len(rest) % self.num_replicas
+        return iter(rest[self.rank:usable:self.num_replicas])
 
     def __len__(self) -> int:
-        return self.num_samples - self.skip
+        return max(0, self.total_size - self.start) // self.num_replicas
 
 
 class UnpaddedSampler(DistributedSampler):
@@ -56,9 +74,10 @@ def train_loader(dataset: Any, cfg: DataConfig, batch: int, rank: int, world: in
     return loader
 
 
-def start_epoch(loader: DataLoader, epoch: int, skip_samples: int, seed: int, rank: int) -> Iterator[Any]:
-    """Iterator over this rank's shard for `epoch`, skipping samples already trained on."""
-    resumable_sampler(loader).set_epoch(epoch, skip=skip_samples)
+def start_epoch(loader: DataLoader, epoch: int, start: int, seed: int, rank: int) -> Iterator[Any]:
+    """Iterator over this rank's shard for `epoch`, from global sample position `start` (the
+    samples of the epoch all ranks trained on so far)."""
+    resumable_sampler(loader).set_epoch(epoch, start=start)
     loader.generator.manual_seed((seed * 1_000_003 + rank) * 10_007 + epoch)  # worker seeds per (rank, epoch)
     return iter(loader)
 

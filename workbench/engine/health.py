@@ -4,6 +4,9 @@ Every `dist.check_every_steps` steps each rank computes a checksum per parameter
 that DDP keeps identical) plus its recent median work time; one all_gather compares them.  Rank 0
 reports a divergence (which ranks, first differing tensor) and stragglers as events.
 
+Under fsdp2 each rank holds different shards of the parameters: there is no replica to compare,
+so shards are checked for non-finite values only (replicated tensors are still compared).
+
 Work time is step time minus the time spent waiting for the gradient all-reduce: in synchronous
 DDP every rank's step takes as long as the slowest one's, so only the waiting tells them apart."""
 
@@ -19,6 +22,7 @@ import torch.distributed as dist
 
 from workbench.engine.env import DistEnv
 from workbench.engine.monitor import RankMonitor
+from workbench.engine.strategy import local_tensors
 from workbench.runfolder import events
 from workbench.runfolder.stragglers import slower_than_others
 
@@ -32,7 +36,8 @@ class HealthCheck:
                  straggler_threshold: float, window: int = 50):
         self.monitor, self.env, self.device = monitor, env, device
         self.threshold = straggler_threshold
-        self.names, self.tensors = _checked_tensors(module)
+        self.module = module
+        self.names, self.sharded = _checked_names(module)
         self.work_times: deque[float] = deque(maxlen=window)
 
     def record_work_time(self, seconds: float) -> None:
@@ -47,7 +52,7 @@ class HealthCheck:
         dist.all_gather(everyone, mine)
         table = torch.stack([t.cpu() for t in everyone])
         found: dict[str, Any] = {"in_sync": True, "diverged_ranks": [], "first_diverged": None}
-        found.update(_divergence(table[:, :-1], self.names))
+        found.update(_divergence(table[:, :-1], self.names, self.sharded))
         self.monitor.run_event(events.SYNC_CHECK, **found, check_s=time.perf_counter() - started)
         self._report_stragglers(table[:, -1].tolist())
         self.monitor.in_sync = found["in_sync"]
@@ -55,7 +60,7 @@ class HealthCheck:
 
     def _checksums(self) -> torch.Tensor:
         with torch.no_grad():  # sum and sum of squares: cheap, and a difference almost surely shows
-            parts = [_sum_and_squares(t.double()) for t in self.tensors]
+            parts = [_sum_and_squares(t.double()) for t in _checked_tensors(self.module)]
         return torch.cat(parts).cpu() if parts else torch.zeros(0, dtype=torch.float64)
 
     def _median_work(self) -> float:
@@ -75,18 +80,30 @@ def _sum_and_squares(d: torch.Tensor) -> torch.Tensor:
     return torch.stack([d.sum(), (d * d).sum()])
 
 
-def _checked_tensors(module: torch.nn.Module) -> tuple[list[str], list[torch.Tensor]]:
-    named = list(module.named_parameters()) + [
-        (n, b) for n, b in module.named_buffers() if not n.endswith(RANK_LOCAL_BUFFERS)]
-    return [n for n, _ in named], [t for _, t in named]
+def _checked(module: torch.nn.Module) -> list[tuple[str, torch.Tensor, bool]]:
+    """(name, this rank's tensor, is a shard) of every parameter and of the buffers ranks share."""
+    return [(n, t, shard) for n, t, shard in local_tensors(module) if not n.endswith(RANK_LOCAL_BUFFERS)]
 
 
-def _divergence(table: torch.Tensor, names: list[str]) -> dict[str, Any]:
+def _checked_names(module: torch.nn.Module) -> tuple[list[str], list[bool]]:
+    found = _checked(module)
+    return [n for n, _, _ in found], [shard for _, _, shard in found]
+
+
+def _checked_tensors(module: torch.nn.Module) -> list[torch.Tensor]:
+    """Read at every check: fully_shard swaps a module's parameters between gathered and sharded."""
+    return [t for _, t, _ in _checked(module)]
+
+
+def _divergence(table: torch.Tensor, names: list[str], sharded: list[bool] | None = None) -> dict[str, Any]:
     """Ranks whose checksums differ from rank 0's, the first tensor that differs, and ranks whose
-    parameters are not finite (NaN/inf: a numerical problem, not a replica divergence)."""
+    parameters are not finite (NaN/inf: a numerical problem, not a replica divergence).  Shards
+    (`sharded`) differ between ranks by design: they count for finiteness only."""
     nonfinite = [r for r in range(table.shape[0]) if not torch.isfinite(table[r]).all()]
     same = (table == table[0]) | (torch.isnan(table) & torch.isnan(table[0]))
     differs = (~same).view(table.shape[0], -1, 2).any(dim=2)  # [rank, tensor]
+    if sharded is not None and any(sharded):
+        differs[:, torch.tensor(sharded, dtype=torch.bool)] = False
     ranks = [r for r in range(table.shape[0]) if differs[r].any()]
     found: dict[str, Any] = {"nonfinite_ranks": nonfinite} if nonfinite else {}
     if ranks:
@@ -104,12 +121,12 @@ def check_shards(sampler: Any, monitor: RankMonitor, device: str = "cpu") -> dic
     if dataset_size > MAX_SHARD_CHECK_SAMPLES:
         monitor.run_event(events.SHARD_CHECK, skipped=f"dataset of {dataset_size} samples is too large to check")
         return None
-    skip, epoch = sampler.skip, sampler.epoch
+    start, epoch = sampler.start, sampler.epoch
     orders = []
     for e in (0, 1):
         sampler.set_epoch(e)
         orders.append(list(sampler))
-    sampler.set_epoch(epoch, skip=skip)
+    sampler.set_epoch(epoch, start=start)
     mine = torch.tensor(orders[0] + [int(orders[0] != orders[1])], dtype=torch.int64, device=device)
     everyone = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
     dist.all_gather(everyone, mine)

@@ -88,13 +88,31 @@ def _train(cfg: JobConfig, env: DistEnv, device: str, run: RunDir, monitor: Rank
     # Same seed on every rank while building: identical datasets and initial weights.
     _seed(torch, cfg.train.seed)
     task = build_task(factory or load_task_factory(run) or resolve_factory(cfg.task.name), cfg.task.options)
-    trainer = Trainer(cfg, task, env, device, run, monitor, preempt)
+    cfg, resized = continue_at(cfg, run, env.world_size)
+    trainer = Trainer(cfg, task, env, device, run, monitor, preempt, resized=resized)
     _seed(torch, cfg.train.seed + env.rank)  # then per rank (dropout, augmentation)
     trainer.resume()
     monitor.set_state("running")
     summary = trainer.fit()
     monitor.event(events.END, stop_reason=summary["stop_reason"], steps=summary["steps"])
     return summary
+
+
+def continue_at(cfg: JobConfig, run: RunDir, world_size: int) -> tuple[JobConfig, str]:
+    """The config a run continues with at this world size, and what changed ("" if nothing): from
+    the newest checkpoint's world size and config (workbench.config.scaling.resize)."""
+    from workbench.config.scaling import resize
+    from workbench.engine.checkpoint import list_checkpoints, peek_checkpoint
+
+    for path in reversed(list_checkpoints(run)):
+        try:
+            state = peek_checkpoint(path)
+            old = JobConfig.from_dict(state["config"])
+        except Exception:  # noqa: BLE001 - unreadable: resume() skips it too and says so
+            continue
+        change = resize(old, state["world_size"], cfg, world_size)
+        return change.config, change.message
+    return cfg, ""
 
 
 def _seed(torch: Any, seed: int) -> None:

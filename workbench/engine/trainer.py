@@ -1,7 +1,10 @@
 """The training loop of one rank.  Reads top to bottom like nanoGPT's train.py:
 
-    micro-steps (no_sync on all but the last) -> clip -> step -> zero_grad -> lr -> log
+    micro-steps (no gradient sync on all but the last) -> clip -> step -> zero_grad -> lr -> log
     -> health check -> eval -> early stop -> checkpoint
+
+How the model is held (DDP's replicas or FSDP2's shards) is the strategy's (engine/strategy.py),
+chosen once from dist.strategy; the loop is the same for both.
 
 Every call that all ranks must reach together (a collective: if one rank skips it, the others wait
 until the process-group timeout) is made from fit() or train_step() and marked "collective" there.
@@ -21,12 +24,10 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
 
-from workbench.config.scaling import describe_change, effective_batch, scaled
+from workbench.config.scaling import effective_batch, scaled
 from workbench.config.sections import JobConfig
 from workbench.engine.checkpoint import checkpoint_writer, gather_rng_states, load_latest, set_rng_state
-from workbench.engine.commtiming import attach as attach_comm_timer
 from workbench.engine.data import eval_loader, resumable_sampler, start_epoch, to_device, train_loader
 from workbench.engine.env import DistEnv
 from workbench.engine.health import HealthCheck, check_shards
@@ -34,6 +35,7 @@ from workbench.engine.monitor import RankMonitor
 from workbench.engine.optim import build_optimizer, build_scheduler
 from workbench.engine.preempt import PreemptionFlag
 from workbench.engine.steplog import StepLogger
+from workbench.engine.strategy import build_strategy, clip_grad_norm
 from workbench.engine.tasks import Task, forward_loss
 from workbench.errors import ConfigError
 from workbench.runfolder import events
@@ -71,16 +73,15 @@ def keep_freed_memory() -> bool:
 
 class Trainer:
     def __init__(self, cfg: JobConfig, task: Task, env: DistEnv, device: str, run: RunDir, monitor: RankMonitor,
-                 preempt: PreemptionFlag | None = None):
+                 preempt: PreemptionFlag | None = None, resized: str = ""):
         self.cfg, self.task, self.env, self.device, self.run, self.monitor = cfg, task, env, device, run, monitor
+        self.resized = resized  # how the run changed to continue at this world size ("": it did not)
         keep_freed_memory()
         t = cfg.train
         self.accum = t.grad_accum_steps
-        self.model = DDP(task.model.to(device), device_ids=[device] if device.startswith("cuda") else None,
-                         find_unused_parameters=cfg.dist.find_unused_parameters,
-                         gradient_as_bucket_view=cfg.dist.gradient_as_bucket_view,
-                         static_graph=cfg.dist.static_graph, bucket_cap_mb=cfg.dist.bucket_cap_mb)
-        self.comm = attach_comm_timer(self.model, cfg.dist.comm_hook, cfg.dist.measure_comm)
+        self.strategy = build_strategy(cfg, task.model, device)  # DDP(model), or fully_shard per unit
+        self.model = self.strategy.model
+        self.comm = self.strategy.comm
         self.loader = train_loader(task.train_dataset, cfg.data, t.micro_batch_size, env.rank, env.world_size,
                                    t.seed, device)
         self.val_loader = (eval_loader(task.val_dataset, cfg.data, t.micro_batch_size, env.rank, env.world_size,
@@ -103,8 +104,8 @@ class Trainer:
         self.last_eval: dict[str, float] = {}
         self.preempt = preempt or PreemptionFlag()
         self.steplog = StepLogger(monitor, env.world_size, device, max_every=STOP_CHECK_EVERY_STEPS)
-        self.health = HealthCheck(self.model.module, monitor, env, device, cfg.dist.straggler_threshold)
-        self.checkpoints = checkpoint_writer(env.is_main, run, t.keep_checkpoints, monitor)
+        self.health = HealthCheck(self.strategy.module, monitor, env, device, cfg.dist.straggler_threshold)
+        self.checkpoints = checkpoint_writer(env.is_main, run, t.keep_checkpoints, monitor, self.strategy.sharded)
 
     # --- the loop --------------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
@@ -115,8 +116,7 @@ class Trainer:
         if self.step >= self.total_steps:  # resumed a run that had already reached its end
             self.stop_reason = "max_steps"
         while not self.stop_reason:
-            batches = start_epoch(self.loader, self.epoch, self.micro_in_epoch * t.micro_batch_size, t.seed,
-                                  self.env.rank)
+            batches = start_epoch(self.loader, self.epoch, self.samples_in_epoch(), t.seed, self.env.rank)
             while self.micro_in_epoch // self.accum < self.steps_per_epoch and not self.stop_reason:
                 self.train_step(batches)  # every few steps a collective: losses + stop-flag all_reduce (async)
                 if self.stop_reason == "preempted":
@@ -156,9 +156,8 @@ class Trainer:
             t_data = time.perf_counter()
             batch = to_device(next(batches), self.device)
             data_time += time.perf_counter() - t_data
-            # Gradients are all-reduced only on the last micro-step: no_sync() skips the others.
-            sync = contextlib.nullcontext() if micro == self.accum - 1 else self.model.no_sync()
-            with sync:
+            # Gradients are reduced only on the last micro-step (ddp: no_sync(); fsdp2: no reduce-scatter).
+            with self.strategy.sync(micro == self.accum - 1):
                 with self.autocast():
                     loss = forward_loss(self.model, batch, self.task.loss_fn)[0]
                     if self.accum > 1:
@@ -170,7 +169,7 @@ class Trainer:
         self.micro_in_epoch += self.accum
         if self.cfg.train.grad_clip_norm is not None:
             self.scaler.unscale_(self.optimizer)
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.train.grad_clip_norm)
+            clip_grad_norm(self.strategy.module, self.cfg.train.grad_clip_norm)  # fsdp2: collective (norm)
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
@@ -209,14 +208,16 @@ class Trainer:
         """Validation loss and metrics over the whole validation set, reduced as sums and counts."""
         if self.val_loader is None:
             return {}
-        module = self.model.module  # not the DDP wrapper: shards may differ in batch count
+        module = self.strategy.module  # ddp: not the wrapper, shards may differ in batch count
         module.eval()
         names = ["val_loss", *(f"val_{k}" for k in self.task.metrics)]
         sums = torch.zeros(len(names) + 1, dtype=torch.float64, device=self.device)
         with torch.no_grad(), self.autocast():
-            for raw in self.val_loader:
+            for raw, counted in self._eval_batches():
                 batch = to_device(raw, self.device)
                 loss, out, n = forward_loss(module, batch, self.task.loss_fn)
+                if not counted:
+                    continue
                 truth = batch if isinstance(batch, dict) else batch[1]
                 values = [loss, *(fn(out, truth) for fn in self.task.metrics.values())]
                 batch_means = [torch.as_tensor(v, dtype=torch.float64, device=self.device) for v in values]
@@ -228,6 +229,24 @@ class Trainer:
         self.last_eval = result
         self.monitor.event(events.EVAL, epoch=self.epoch, **result)
         return result
+
+    def _eval_batches(self) -> Iterator[tuple[Any, bool]]:
+        """(batch, counted) over this rank's validation shard.  Under fsdp2 every forward pass
+        all-gathers parameters, so every rank must make as many as the others: a rank with a shorter
+        shard repeats a batch, not counted, until all have made the most any rank makes."""
+        assert self.val_loader is not None
+        if not self.strategy.sharded:
+            yield from ((batch, True) for batch in self.val_loader)
+            return
+        most = torch.tensor([len(self.val_loader)], device=self.device)
+        dist.all_reduce(most, op=dist.ReduceOp.MAX)  # collective: the longest shard's batch count
+        last = None
+        for last in self.val_loader:
+            yield last, True
+        if last is None:  # an empty shard: any batch of the right shape will do
+            last = next(iter(torch.utils.data.DataLoader(self.task.val_dataset, batch_size=1)))
+        for _ in range(int(most.item()) - len(self.val_loader)):
+            yield last, False
 
     def early_stop(self) -> None:
         """Every rank judges the (all-reduced, so identical) eval result; rank 0's verdict is then
@@ -263,43 +282,68 @@ class Trainer:
         self.saved_step = self.step
 
     def _state(self, rng_states: list[Any]) -> dict[str, Any]:
+        model, optimizer = self.strategy.state_dicts(self.optimizer)  # fsdp2: this rank's shards
         return {
-            "model": self.model.module.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "model": model, "optimizer": optimizer,
             "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(),
             "step": self.step, "epoch": self.epoch, "micro_in_epoch": self.micro_in_epoch,
-            "best": self.best, "bad_evals": self.bad_evals, "rng": rng_states,
-            "world_size": self.env.world_size, "config": self.cfg.to_dict(),
+            "samples_in_epoch": self.samples_in_epoch(), "best": self.best, "bad_evals": self.bad_evals,
+            "rng": rng_states, "world_size": self.env.world_size, "strategy": self.strategy.name,
+            "config": self.cfg.to_dict(),
         }
 
+    def samples_in_epoch(self) -> int:
+        """Samples of this epoch trained on so far, over all ranks: where a resumed run starts."""
+        return self.micro_in_epoch * self.cfg.train.micro_batch_size * self.env.world_size
+
     def resume(self) -> bool:
-        """Load the run's latest checkpoint, if any; returns whether one was loaded."""
+        """Load the run's latest checkpoint, if any; returns whether one was loaded.  Either kind
+        (ddp's step-N.pt, fsdp2's step-N/) loads under either strategy at any world size."""
         found = load_latest(self.run, lambda path, exc: self.monitor.run_event(
-            events.CHECKPOINT_SKIPPED, path=str(path), reason=f"{type(exc).__name__}: {str(exc)[:300]}"))
+            events.CHECKPOINT_SKIPPED, path=str(path), reason=f"{type(exc).__name__}: {str(exc)[:300]}"),
+            shards=self._shards_to_fill)  # collective for a sharded checkpoint: DCP reads it together
         if found is None:
             return False
         path, state = found
-        self.model.module.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        restore_weights(self.strategy, self.optimizer, state)
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
-        self.step, self.epoch, self.micro_in_epoch = state["step"], state["epoch"], state["micro_in_epoch"]
+        self.step, self.epoch = state["step"], state["epoch"]
         self.best, self.bad_evals, self.saved_step = state["best"], state["bad_evals"], state["step"]
         self.monitor.step = self.step
         old_world = state["world_size"]
+        self.micro_in_epoch = self._micro_after(state, old_world)
         if old_world == self.env.world_size:
             set_rng_state(state["rng"][self.env.rank])
         else:
-            self._rescale_after_resume(old_world)
-        self.monitor.event(events.RESUME, path=str(path), epoch=self.epoch, from_world_size=old_world)
+            self._rescale_after_resume()
+        self.monitor.event(events.RESUME, path=str(path), epoch=self.epoch, from_world_size=old_world,
+                           from_strategy=state.get("strategy", "ddp"))
         return True
 
-    def _rescale_after_resume(self, old_world: int) -> None:
-        """A different world size: new lr and warmup under the scaling rule, epoch restarts its shard."""
+    def _shards_to_fill(self) -> dict[str, Any]:
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model, optimizer = get_state_dict(self.model, self.optimizer)  # this rank's part, in its layout
+        return {"model": model, "optimizer": optimizer}
+
+    def _micro_after(self, state: dict[str, Any], old_world: int) -> int:
+        """This rank's micro-batches into the epoch at the new world size, from the global sample
+        count (a checkpoint without one: its own rank's count at its world size), rounded down to
+        a whole step: at most one step's samples are seen again when the effective batch changed."""
+        old_micro = state["config"]["train"]["micro_batch_size"]
+        samples = state.get("samples_in_epoch", state["micro_in_epoch"] * old_micro * old_world)
+        step_samples = effective_batch(self.cfg.train.micro_batch_size, self.accum, self.env.world_size)
+        return samples // step_samples * self.accum
+
+    def _rescale_after_resume(self) -> None:
+        """Another world size: lr and warmup as this config scales them (the same when the effective
+        batch was kept); the epoch goes on from its global sample position."""
         for group in self.optimizer.param_groups:
             group["initial_lr"] = self.scale.lr
         self.scheduler.base_lrs = [self.scale.lr for _ in self.optimizer.param_groups]
-        self.micro_in_epoch = 0
-        self.monitor.event(events.RESCALE, message=describe_change(self.cfg, old_world, self.env.world_size))
+        if self.resized:
+            self.monitor.event(events.RESCALE, message=self.resized)
 
     # --- reporting -------------------------------------------------------------------------------
     def _start_event(self) -> None:
@@ -307,7 +351,8 @@ class Trainer:
         gpu = {"cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
                "gpu_name": torch.cuda.get_device_name(self.device)} if self.device.startswith("cuda") else {}
         self.monitor.event(events.START, world_size=self.env.world_size, device=self.device,
-                           backend=dist.get_backend(), effective_batch=s.effective_batch, lr=s.lr,
+                           backend=dist.get_backend(), strategy=self.strategy.name, fsdp_units=self.strategy.units,
+                           effective_batch=s.effective_batch, lr=s.lr,
                            warmup_steps=s.warmup_steps, steps_per_epoch=self.steps_per_epoch,
                            total_steps=self.total_steps, samples_per_rank=resumable_sampler(self.loader).num_samples,
                            **gpu)
@@ -320,6 +365,42 @@ class Trainer:
         if self.device.startswith("cuda"):
             return torch.cuda.max_memory_allocated(self.device) / 2**20
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # peak RSS (KiB on Linux)
+
+
+def restore_weights(strategy: Any, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    """Model and optimizer state from a checkpoint of either kind into either strategy."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+    if not strategy.sharded and "param_groups" in state["optimizer"] and _by_index(state["optimizer"]):
+        strategy.module.load_state_dict(state["model"])  # ddp's own checkpoint, as it wrote it
+        optimizer.load_state_dict(state["optimizer"])
+        return
+    model_state, optim_state = state["model"], state["optimizer"]
+    whole = not any(_is_dtensor(v) for v in model_state.values())
+    if _by_index(optim_state):  # torch's optimizer.state_dict() keys parameters by position: name them
+        optim_state = _optimizer_by_name(optim_state, [n for n, p in strategy.module.named_parameters()
+                                                       if p.requires_grad])
+    set_state_dict(strategy.model, optimizer, model_state_dict=model_state, optim_state_dict=optim_state,
+                   options=StateDictOptions(full_state_dict=whole and strategy.sharded))
+
+
+def _by_index(optim_state: dict[str, Any]) -> bool:
+    groups = optim_state.get("param_groups", [])
+    return bool(groups) and all(isinstance(i, int) for g in groups for i in g["params"])
+
+
+def _is_dtensor(value: Any) -> bool:
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(value, DTensor)
+
+
+def _optimizer_by_name(optim_state: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """torch's optimizer state (parameters by position, in the order build_optimizer gave them) keyed
+    by parameter name, the form set_state_dict reads."""
+    state = {names[i]: v for i, v in optim_state["state"].items()}
+    groups = [{**g, "params": [names[i] for i in g["params"]]} for g in optim_state["param_groups"]]
+    return {"state": state, "param_groups": groups}
 
 
 def _too_small_message(cfg: JobConfig, world: int, n: int) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import os
 import signal
 import socket
@@ -530,6 +531,28 @@ class Run:
         from workbench.results.exporters import export_metrics
 
         return export_metrics(self, path, format)
+
+    def export_model(self, path: str | Path, step: int | None = None) -> Path:
+        """The model's weights from the newest checkpoint (or the one at `step`) as one plain state
+        dict at `path`: `torch.load(path)` and the model's `load_state_dict` read it, whichever
+        strategy wrote it (an fsdp2 run's shards are joined here, without a process group)."""
+        import torch
+
+        from workbench.engine.checkpoint import read_model_state
+        from workbench.runfolder.layout import checkpoint_step
+        from workbench.runfolder.private import write_atomic
+
+        found = [p for p in self.dir.checkpoint_files() if step is None or checkpoint_step(p) == step]
+        if not found:
+            which = f"at step {step}" if step is not None else "yet"
+            have = ", ".join(str(checkpoint_step(p)) for p in self.dir.checkpoint_files()) or "none"
+            raise SubmitError(f"run {self.folder} has no checkpoint {which} (steps with one: {have}); "
+                              "export after a checkpoint is written (train.checkpoint_every_steps)")
+        buffer = io.BytesIO()
+        torch.save(read_model_state(found[-1]), buffer)
+        target = Path(path).expanduser().resolve()
+        write_atomic(target, buffer.getvalue())
+        return target
 
     def dashboard(self, **kwargs: Any) -> Any:
         from workbench.ui.dashboard import Dashboard

@@ -23,7 +23,7 @@ from workbench.errors import ConfigError, SubmitError, UserFacing
 from workbench.launch.executors import make_executor
 from workbench.launch.run import Run, live_job
 from workbench.proctree import Proc
-from workbench.runfolder.layout import RunDir, default_run_dir, safe_name
+from workbench.runfolder.layout import SHARDED_TRAINER_STATE, RunDir, default_run_dir, safe_name
 from workbench.runfolder.private import private_umask, write_atomic
 from workbench.runfolder.provenance import submit_provenance
 
@@ -244,7 +244,12 @@ def _check_checkpoints(run: RunDir, from_scratch: bool) -> None:
 
 
 def _unreadable(path: Path) -> str | None:
-    """Why a checkpoint cannot be what torch.save wrote (a zip archive), cheaply; None if it may be."""
+    """Why a checkpoint cannot be what torch.save wrote (a zip archive; in a sharded checkpoint's
+    folder, its trainer.pt beside DCP's .metadata), cheaply; None if it may be."""
+    if path.is_dir():
+        if not (path / ".metadata").is_file():
+            return "no .metadata: its shards were never all written"
+        path = path / SHARDED_TRAINER_STATE
     try:
         with zipfile.ZipFile(path) as archive:
             archive.namelist()

@@ -16,7 +16,8 @@
     <run>/stacks/rank{R}.txt     Python stacks of a stalled rank
     <run>/logs/                  submitit's per-task stdout/stderr and pickles, the controller's log,
                                  rank{R}.log: a rank's stdout and stderr interleaved as written
-    <run>/checkpoints/           step-{N}.pt files written by rank 0 (set-aside-{stamp}/: put away)
+    <run>/checkpoints/           step-{N}.pt files written by rank 0 (ddp), or step-{N}/ folders
+                                 every rank writes a shard of (fsdp2); set-aside-{stamp}/: put away
     <run>/summary.json           written at the end of the run
     <run>/plots/loss.png         the per-rank loss plot `workbench run` saves
     <run>/rendezvous/            where rank 0 publishes its port (SLURM; every restart), and where
@@ -38,6 +39,7 @@ import fcntl
 import getpass
 import json
 import os
+import re
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -210,19 +212,34 @@ class RunDir:
         return self.exports / f"metrics.{fmt}"
 
     def checkpoint(self, step: int) -> Path:
+        """Step N's checkpoint as rank 0 writes it under ddp: one file, the whole state."""
         return self.checkpoints / f"step-{step:08d}.pt"
 
+    def sharded_checkpoint(self, step: int) -> Path:
+        """Step N's checkpoint under fsdp2: a torch.distributed.checkpoint folder, a shard file a rank
+        plus `.metadata`, and `trainer.pt` (step, schedule, RNG states, config) from rank 0."""
+        return self.checkpoints / f"step-{step:08d}"
+
     def checkpoint_files(self) -> list[Path]:
-        """Finished checkpoints, oldest first (temp files are never listed)."""
-        return sorted(self.checkpoints.glob("step-*.pt")) if self.checkpoints.is_dir() else []
+        """Finished checkpoints of either kind, oldest first (temp files and folders are never listed)."""
+        if not self.checkpoints.is_dir():
+            return []
+        found = [p for p in self.checkpoints.glob("step-*") if _STEP.fullmatch(p.name)]
+        return sorted(found, key=lambda p: (checkpoint_step(p), p.suffix))
 
     def checkpoint_temp(self, step: int, pid: int) -> Path:
         """Where process `pid` writes step N's checkpoint before renaming it (never listed as one)."""
         return self.checkpoints / f".step-{step:08d}.pt.tmp-{pid}"
 
+    def sharded_checkpoint_temp(self, step: int) -> Path:
+        """Where all ranks write step N's sharded checkpoint before rank 0 renames the folder."""
+        return self.checkpoints / f".step-{step:08d}.partial"
+
     def checkpoint_temps(self) -> list[Path]:
-        """Checkpoint temp files (checkpoint_temp): a writer killed mid-write leaves its own behind."""
-        return sorted(self.checkpoints.glob(".step-*.pt.tmp-*")) if self.checkpoints.is_dir() else []
+        """Checkpoint temp files and folders: a writer killed mid-write leaves its own behind."""
+        if not self.checkpoints.is_dir():
+            return []
+        return sorted([*self.checkpoints.glob(".step-*.pt.tmp-*"), *self.checkpoints.glob(".step-*.partial")])
 
     def set_aside(self, stamp: str) -> Path:
         """Where a fresh start puts the checkpoints it will not resume from (checkpoints/set-aside-{stamp})."""
@@ -602,3 +619,16 @@ def pools_under(run_root: str | os.PathLike[str]) -> list[PoolDir]:
     """Every pool folder under run_root/pools (live or not)."""
     folder = Path(run_root).expanduser().resolve() / "pools"
     return [PoolDir(p) for p in sorted(folder.iterdir()) if (p / "pool.json").exists()] if folder.is_dir() else []
+
+
+SHARDED_TRAINER_STATE = "trainer.pt"
+"""In a sharded checkpoint's folder: everything but the model and optimizer shards, from rank 0."""
+_STEP = re.compile(r"step-(\d+)(\.pt)?")
+
+
+def checkpoint_step(path: Path) -> int:
+    """The step a checkpoint (step-N.pt or step-N/) was written at."""
+    found = _STEP.fullmatch(path.name)
+    if found is None:
+        raise ValueError(f"{path} is not a checkpoint (step-N.pt or step-N/)")
+    return int(found.group(1))

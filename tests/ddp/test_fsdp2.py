@@ -1,0 +1,131 @@
+"""dist.strategy: fsdp2 through the default engine path (workbench.submit), against DDP: the same
+losses, sharded checkpoints, and runs that continue at another world size or under the other strategy."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+import workbench
+from tests.support.lifecycle import assert_nothing_left
+from tests.support.tasks_for_tests import failing_at
+from workbench.config import JobConfig
+from workbench.engine.builtin_tasks import synthetic_classification
+
+pytestmark = [pytest.mark.ddp, pytest.mark.timeout(300)]
+
+SYNTHETIC = {"n_train": 1024, "n_val": 65, "dropout": 0.0}  # no dropout: RNG streams differ across world sizes;
+# 65 validation samples: shards of unequal batch counts (5 and 4 at 2 ranks), which fsdp2 must even out
+
+
+def _cfg(root: Path, strategy: str = "ddp", ranks: int = 2, task: str = "synthetic", options: dict | None = None,
+         **train) -> JobConfig:
+    return JobConfig.from_dict({
+        "task": {"name": task, "options": SYNTHETIC if options is None else options},
+        "train": {"micro_batch_size": 8, "max_steps": 20, "checkpoint_every_steps": 5, "keep_checkpoints": 3,
+                  "lr": 1e-2, "schedule": "cosine", "warmup_steps": 4, **train},
+        "dist": {"procs_per_node": ranks, "strategy": strategy, "timeout_s": 60, "check_every_steps": 5},
+        "launch": {"run_root": str(root / "runs")},
+    })
+
+
+def _losses(run: workbench.Run) -> pd.Series:
+    """The reduced loss at each step, from the latest attempt that logged it."""
+    return run.metrics().sort_values("time").groupby("step")["loss_reduced"].last()
+
+
+def _relative(a: pd.Series, b: pd.Series) -> float:
+    both = pd.DataFrame({"a": a, "b": b}).dropna()
+    assert len(both), "no steps in common"
+    return float(((both.a - both.b).abs() / both.a.abs()).max())
+
+
+@pytest.fixture(scope="module")
+def unbroken(tmp_path_factory: pytest.TempPathFactory) -> workbench.Run:
+    """The reference: ddp, 2 ranks, 20 steps, never interrupted."""
+    run = workbench.submit(_cfg(tmp_path_factory.mktemp("unbroken")))
+    assert run.wait(timeout=240).state == "finished", run.exception()
+    return run
+
+
+@pytest.mark.parametrize(("task", "ranks"), [("synthetic", 4), ("charlm", 2)])
+def test_fsdp2_trains_the_same_losses_as_ddp(tmp_path, task, ranks):
+    options = SYNTHETIC if task == "synthetic" else {"n_layer": 2}  # two blocks: the repeated ones are the units
+    runs = {}
+    for strategy in ("ddp", "fsdp2"):
+        run = workbench.submit(_cfg(tmp_path, strategy, ranks, task, options, max_steps=100, epochs=10, eval_every_steps=50,
+                                    checkpoint_every_steps=50, schedule="constant", lr=1e-3))
+        assert run.wait(timeout=280).state == "finished", run.exception()
+        runs[strategy] = run
+    assert len(_losses(runs["fsdp2"])) == 100
+    assert _relative(_losses(runs["ddp"]), _losses(runs["fsdp2"])) <= 1e-5
+    evals = {s: r.events().query("event == 'eval' and rank == 0")["val_loss"].tolist() for s, r in runs.items()}
+    assert evals["fsdp2"] == pytest.approx(evals["ddp"], rel=1e-5)
+    fsdp2 = runs["fsdp2"]
+    start = fsdp2.events().query("event == 'start' and rank == 0").iloc[0]
+    assert start["strategy"] == "fsdp2" and start["fsdp_units"] == (["TransformerEncoderLayer"] if task == "charlm"
+                                                                   else ["Linear"])
+    checks = fsdp2.events().query("event == 'sync_check'")
+    assert len(checks) and checks["in_sync"].all()  # shards are checked for finiteness, not compared
+    newest = fsdp2.folder / "checkpoints" / "step-00000100"
+    assert sorted(p.name for p in newest.iterdir()) == sorted(
+        [".metadata", "trainer.pt", *(f"__{r}_0.distcp" for r in range(ranks))]), "every rank writes its shards"
+    assert not list((fsdp2.folder / "checkpoints").glob("step-*.pt"))
+    for run in runs.values():
+        assert_nothing_left(run.folder)
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_a_run_that_lost_a_rank_continues_at_one_rank_on_the_unbroken_runs_losses(tmp_path, unbroken, strategy):
+    broken = workbench.submit(_cfg(tmp_path, strategy), task=functools.partial(failing_at, 10 + 1, **SYNTHETIC))
+    assert broken.wait(timeout=240).state == "failed"
+    continued = workbench.submit(_cfg(tmp_path, strategy, ranks=1), run_dir=broken.folder)
+    assert continued.wait(timeout=240).state == "finished", continued.exception()
+    rescale = continued.events().query("event == 'rescale'")["message"].iloc[0]
+    assert "world size 2 -> 1: grad_accum_steps 1 -> 2 keeps the effective batch 16" in rescale
+    mine, reference = _losses(continued), _losses(unbroken)
+    assert mine.index.max() == 20
+    assert _relative(mine.loc[11:20], reference.loc[11:20]) <= 1e-3  # same samples in every step, same lr
+    lrs = continued.metrics().sort_values("time").groupby("step")["lr"].last()
+    assert lrs.loc[11:20].tolist() == pytest.approx(unbroken.metrics().groupby("step")["lr"].first().loc[11:20])
+    exported = continued.export_model(tmp_path / "model.pt")  # from the 1-rank continuation's last checkpoint
+    model = synthetic_classification(**SYNTHETIC).model
+    model.load_state_dict(torch.load(exported, weights_only=True))
+    expected = torch.load(unbroken.folder / "checkpoints" / "step-00000020.pt", weights_only=True)["model"]
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(value, expected[name], rtol=1e-4, atol=1e-5)
+    assert_nothing_left(continued.folder)
+
+
+def test_checkpoints_of_either_kind_resume_under_the_other_strategy_skipping_a_damaged_one(tmp_path, unbroken):
+    ddp = workbench.submit(_cfg(tmp_path), task=functools.partial(failing_at, 5 + 1, **SYNTHETIC))
+    assert ddp.wait(timeout=240).state == "failed"  # step-5.pt written, then rank 1 raised
+    fsdp2 = workbench.submit(_cfg(tmp_path, "fsdp2"), task=functools.partial(failing_at, 10 + 1, **SYNTHETIC),
+                             run_dir=ddp.folder)
+    assert fsdp2.wait(timeout=240).state == "failed"  # resumed step-5.pt, wrote step-10/ and step-15/
+    assert fsdp2.events().query("event == 'resume'")["from_strategy"].iloc[-1] == "ddp"
+    damaged = ddp.folder / "checkpoints" / "step-00000015" / "__1_0.distcp"
+    damaged.write_bytes(damaged.read_bytes()[:100])  # rank 1's shard cut short (a node lost mid-copy)
+    again = workbench.submit(_cfg(tmp_path), run_dir=ddp.folder)
+    assert again.wait(timeout=240).state == "finished", again.exception()
+    events = again.events()
+    skipped = events.query("event == 'checkpoint_skipped'")
+    assert skipped["path"].str.endswith("step-00000015").any()
+    resumed = events.query("event == 'resume'").sort_values("time").iloc[-1]
+    assert resumed["path"].endswith("step-00000010") and resumed["from_strategy"] == "fsdp2"
+    assert _relative(_losses(again).loc[6:20], _losses(unbroken).loc[6:20]) <= 1e-3
+    assert_nothing_left(again.folder)
+
+
+def test_fsdp_units_naming_a_class_the_model_lacks_is_one_line_listing_the_ones_it_has(tmp_path):
+    cfg = _cfg(tmp_path, "fsdp2").with_overrides(["dist.fsdp_units=[Block]"])
+    run = workbench.submit(cfg)
+    assert run.wait(timeout=240).state == "failed"
+    message = str(run.exception())
+    assert "dist.fsdp_units: the model has no Block; its module classes are" in message
+    assert "Linear" in message and "Sequential" in message
+    assert_nothing_left(run.folder)
