@@ -256,7 +256,6 @@ def load_checkpoint(path: Path, shards: Callable[[], dict[str, Any]] | None = No
     state = torch.load(path / TRAINER_STATE, map_location="cpu", weights_only=True)
     if shards is not None:
         import torch.distributed.checkpoint as dcp
-
         from torch.distributed.checkpoint.api import CheckpointException
 
         wanted = shards()
