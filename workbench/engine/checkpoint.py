@@ -19,6 +19,7 @@ import io
 import os
 import random
 import shutil
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -289,7 +290,9 @@ def read_model_state(path: Path) -> dict[str, Any]:
     for key, meta in metadata.state_dict_metadata.items():
         if key.startswith("model.") and isinstance(meta, TensorStorageMetadata):
             model[key.removeprefix("model.")] = torch.empty(meta.size, dtype=meta.properties.dtype)
-    dcp.load({"model": model}, checkpoint_id=path, planner=WeightsOnlyLoadPlanner(), no_dist=True)
+    with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
+        dcp.load({"model": model}, checkpoint_id=path, planner=WeightsOnlyLoadPlanner(), no_dist=True)
     return model
 
 
