@@ -10,10 +10,10 @@ import pytest
 
 import workbench
 from workbench.config import JobConfig
+from workbench.engine.tasks import resolve_factory
 from workbench.errors import ArgumentError
 from workbench.planning.memory import MB, step_memory
 from workbench.planning.plan import COLUMNS, fit_text, plan
-from workbench.engine.tasks import resolve_factory
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -99,7 +99,7 @@ def test_a_billion_parameter_model_is_planned_without_allocating_it():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"strategies": ("fsdp",)}, "strategies: 'fsdp' is not one of ddp"),
+    ({"strategies": ("fsdp",)}, "strategies: 'fsdp' is not one of ddp, fsdp2"),
     ({"world_sizes": (0, 2)}, "world_sizes: [0, 2]; give positive whole numbers"),
     ({"headroom": 0}, "headroom: 0; give the share of the device's memory"),
 ])
@@ -107,3 +107,20 @@ def test_bad_arguments_are_one_line_naming_them(kwargs, message):
     with pytest.raises(ArgumentError) as err:
         plan(_cfg("synthetic"), probe=False, **kwargs)
     assert str(err.value).startswith(message)
+
+
+def test_fsdp2_rows_shard_weights_gradients_and_optimizer_state_and_ddp_rows_say_when_fsdp2_fits():
+    cfg = _cfg("charlm", micro=4, dist={"procs_per_node": 4})
+    frame = plan(cfg, world_sizes=(1, 2, 4), strategies=("ddp", "fsdp2"), probe=False).set_index(
+        ["world_size", "strategy"])
+    assert frame.loc[(1, "fsdp2"), "peak_mb"] == pytest.approx(frame.loc[(1, "ddp"), "peak_mb"])
+    for n in (2, 4):
+        assert frame.loc[(n, "fsdp2"), "optimizer_mb"] == pytest.approx(frame.loc[(n, "ddp"), "optimizer_mb"] / n)
+        assert frame.loc[(n, "fsdp2"), "peak_mb"] < frame.loc[(n, "ddp"), "peak_mb"]
+    assert frame.loc[(4, "fsdp2"), "peak_mb"] < frame.loc[(2, "fsdp2"), "peak_mb"]
+    # a device between the two: ddp does not fit at 4 ranks, fsdp2 does, and the line says so
+    between = (frame.loc[(4, "fsdp2"), "peak_mb"] + frame.loc[(4, "ddp"), "peak_mb"]) / 2 / 0.85 / 1024
+    ddp_only = plan(cfg, world_sizes=(4,), probe=False, device_memory_gb=between)
+    assert list(ddp_only["strategy"]) == ["ddp"] and not ddp_only["fits"].iloc[0]
+    assert "or dist.strategy: fsdp2 (" in fit_text(ddp_only)[0] and "a rank: fits)" in fit_text(ddp_only)[0]
+    assert list(plan(cfg.replace(dist__strategy="fsdp2"), world_sizes=(2,), probe=False)["strategy"]) == ["fsdp2"]

@@ -41,6 +41,21 @@ class StepMemory:
     """What was measured instead, when the step could not be traced."""
     samples: int | None = None
     """The training set's size, as the factory built it (None: it has no length)."""
+    largest_unit: int = 0
+    """fsdp2: the parameter bytes of the largest unit fully_shard would make (dist.fsdp_units, or the
+    model's repeated blocks, else its large children: engine.strategy.pick_units)."""
+    root_only: int = 0
+    """fsdp2: the parameter bytes in no unit, which the root gathers for the whole step."""
+
+    def sharded(self, world_size: int) -> float:
+        """The step's peak under fsdp2 at `world_size`: parameters, gradients and optimizer state a
+        rank holds shrink to 1/world_size; the gathered parameters of the root and of two units (the
+        one computing and the next, prefetched) and one unit's unsharded gradient are held whole."""
+        if world_size <= 1:
+            return self.peak
+        spread = 1 - 1 / world_size
+        gathered = self.root_only + 3 * self.largest_unit
+        return self.peak - spread * (self.params + self.grads + self.optimizer) + spread * gathered
 
     @property
     def per_sample(self) -> float:
@@ -77,9 +92,22 @@ def step_memory(cfg: JobConfig, factory: Callable[..., Any], device: str = "cpu"
     params, grads = _weights(task.model)
     optimizer = build_optimizer(task.model, cfg.train, cfg.train.lr)
     state = _optimizer_bytes_expected(optimizer, torch)
+    largest, root = unit_bytes(task.model, cfg.dist.fsdp_units)
     return StepMemory(micro, params, grads, state, float("nan"), float("nan"), traced=False,
                       note=f"the step could not be traced on fake tensors ({why}); weights, gradients and "
-                           "optimizer state only", samples=_length(task.train_dataset))
+                           "optimizer state only", samples=_length(task.train_dataset), largest_unit=largest,
+                      root_only=root)
+
+
+def unit_bytes(model: Any, names: list[str]) -> tuple[int, int]:
+    """(bytes of the largest fsdp2 unit's parameters, bytes of the parameters in no unit)."""
+    from workbench.engine.strategy import pick_units
+
+    units = pick_units(model, names)
+    sizes = [sum(p.numel() * p.element_size() for p in unit.parameters()) for _, unit in units]
+    inside = {id(p) for _, unit in units for p in unit.parameters()}
+    root = sum(p.numel() * p.element_size() for p in model.parameters() if id(p) not in inside)
+    return max(sizes, default=0), root
 
 
 def _length(dataset: Any) -> int | None:
@@ -114,6 +142,7 @@ def _traced(cfg: JobConfig, factory: Callable[..., Any], device: str, fake: bool
             task = build_task(factory, dict(cfg.task.options))
         model = moved(task.model, device) if fake else task.model.to(device)
         params, grads = _weights(model)
+        largest, root = unit_bytes(model, cfg.dist.fsdp_units)
         optimizer = build_optimizer(model, cfg.train, cfg.train.lr)
         batch = to_device(default_collate([task.train_dataset[i] for i in range(micro)]), device)
 
@@ -142,7 +171,7 @@ def _traced(cfg: JobConfig, factory: Callable[..., Any], device: str, fake: bool
                     if isinstance(t, torch.Tensor) and t.dim() > 0)
     buckets = 0 if cfg.dist.gradient_as_bucket_view else grads
     return StepMemory(micro, params, grads, int(state), activations, peak + buckets, traced=True,
-                      samples=_length(task.train_dataset))
+                      samples=_length(task.train_dataset), largest_unit=largest, root_only=root)
 
 
 def _category(tracker: Any, kind: str, name: str) -> float:

@@ -6,7 +6,11 @@ world size under DDP, which replicates the whole step on every rank.  The step's
 compute measured once on this machine (a short probe on real tensors with the rank's thread count), times
 the accumulation steps, plus DDP's gradient all-reduce: 2(N-1)/N of the gradient bytes on a ring, at
 `bandwidth_gbps` (an assumption unless given: BANDWIDTH_GBPS by backend).  DDP overlaps the all-reduce
-with the backward pass, so the predicted step is an upper bound."""
+with the backward pass, so the predicted step is an upper bound.
+
+fsdp2 rows shard parameters, gradients and optimizer state over the ranks and add what is gathered
+whole (StepMemory.sharded); their communication is two all-gathers of the parameters (forward, and
+backward after resharding) and a reduce-scatter of the gradients, (N-1)/N of the bytes each."""
 
 from __future__ import annotations
 
@@ -28,14 +32,14 @@ HEADROOM = 0.85
 BANDWIDTH_GBPS = {"gloo": 1.0, "nccl": 50.0}
 """All-reduce bus bandwidth assumed when none is given (GB/s): gloo over TCP on one machine; NCCL within
 a node (NVLink; PCIe and across nodes are slower: give bandwidth_gbps)."""
-STRATEGIES = ("ddp",)
+STRATEGIES = ("ddp", "fsdp2")
 COLUMNS = ["world_size", "strategy", "micro_batch_size", "effective_batch", "lr", "warmup_steps", "steps_per_epoch",
            "params_mb", "grads_mb", "optimizer_mb", "activations_mb", "peak_mb", "device_memory_mb", "fits",
            "max_micro_batch", "step_s", "samples_per_s", "epoch_s"]
 
 
 def plan(cfg: JobConfig, task: Callable[..., Any] | None = None, world_sizes: Iterable[int] = (1, 2, 4, 8),
-         strategies: Iterable[str] = ("ddp",), device_memory_gb: float | None = None, headroom: float = HEADROOM,
+         strategies: Iterable[str] | None = None, device_memory_gb: float | None = None, headroom: float = HEADROOM,
          device: str | None = None, bandwidth_gbps: float | None = None, probe: bool = True) -> pd.DataFrame:
     """One row per world size and strategy (COLUMNS; per rank): the config's micro-batch, effective batch,
     scaled lr and warmup, steps per epoch; params, grads, optimizer state, activations and peak memory in
@@ -53,10 +57,11 @@ def plan(cfg: JobConfig, task: Callable[..., Any] | None = None, world_sizes: It
     sizes = sorted({int(n) for n in world_sizes})
     if not sizes or sizes[0] < 1:
         raise ArgumentError(f"world_sizes: {list(world_sizes)!r}; give positive whole numbers, e.g. (1, 2, 4, 8)")
+    strategies = tuple(strategies or (cfg.dist.strategy,))
     unknown = [s for s in strategies if s not in STRATEGIES]
     if unknown:
-        raise ArgumentError(f"strategies: {unknown[0]!r} is not one of {', '.join(STRATEGIES)} (FSDP2 plans come "
-                            "with the fsdp2 strategy)")
+        raise ArgumentError(f"strategies: {unknown[0]!r} is not one of {', '.join(STRATEGIES)} "
+                            "(dist.strategy's values)")
     if not 0 < headroom <= 1:
         raise ArgumentError(f"headroom: {headroom!r}; give the share of the device's memory to fill, e.g. 0.85")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -83,6 +88,9 @@ def plan(cfg: JobConfig, task: Callable[..., Any] | None = None, world_sizes: It
             for scale in scaling.to_dict("records") for strategy in strategies]
     frame = pd.DataFrame(rows, columns=COLUMNS)
     frame.attrs["notes"] = notes
+    if "fsdp2" not in strategies and memory.traced:  # where ddp does not fit, what fsdp2 would need
+        usable = capacity_mb * headroom
+        frame.attrs["fsdp2"] = {n: (memory.sharded(n) / MB, memory.sharded(n) / MB <= usable) for n in sizes}
     return frame
 
 
@@ -91,18 +99,22 @@ def _row(scale: Mapping[Any, Any], strategy: str, memory: StepMemory, capacity_m
     """One row: a scaling-table row (`scale`) with this rank's memory, fit and predicted speed."""
     n, batch, steps = scale["world_size"], scale["effective_batch"], scale["steps_per_epoch"]
     steps = None if steps is None or steps != steps else int(steps)
+    share = 1 / n if strategy == "fsdp2" else 1.0
+    peak = memory.sharded(n) if strategy == "fsdp2" else memory.peak
     step_s = None
     if compute_s is not None:
-        ring = 2 * (n - 1) / n * memory.grads / (bandwidth_gbps * 1e9) if n > 1 else 0.0
+        moved_bytes = 3 * memory.params if strategy == "fsdp2" else 2 * memory.grads  # see the module's docstring
+        ring = (n - 1) / n * moved_bytes / (bandwidth_gbps * 1e9) if n > 1 else 0.0
         step_s = compute_s * scale["grad_accum_steps"] + ring
     usable = capacity_mb * headroom
     return {
         "world_size": n, "strategy": strategy, "micro_batch_size": scale["micro_batch_size"],
         "effective_batch": batch, "lr": scale["lr"], "warmup_steps": scale["warmup_steps"], "steps_per_epoch": steps,
-        "params_mb": memory.params / MB, "grads_mb": memory.grads / MB, "optimizer_mb": memory.optimizer / MB,
-        "activations_mb": memory.activations / MB, "peak_mb": memory.peak / MB, "device_memory_mb": capacity_mb,
-        "fits": bool(memory.peak / MB <= usable) if memory.traced else None,
-        "max_micro_batch": memory.largest_batch(usable * MB) if memory.traced else None,
+        "params_mb": memory.params * share / MB, "grads_mb": memory.grads * share / MB,
+        "optimizer_mb": memory.optimizer * share / MB, "activations_mb": memory.activations / MB, "peak_mb": peak / MB,
+        "device_memory_mb": capacity_mb,
+        "fits": bool(peak / MB <= usable) if memory.traced else None,
+        "max_micro_batch": memory.largest_batch(usable * MB + memory.peak - peak) if memory.traced else None,
         "step_s": step_s, "samples_per_s": batch / step_s if step_s else None,
         "epoch_s": steps * step_s if steps and step_s else None,
     }
@@ -143,10 +155,13 @@ def fit_text(frame: pd.DataFrame, headroom: float = HEADROOM) -> list[str]:
     """One line per row that does not fit, with the ways out: "world size 8 (ddp): 21400 MiB a rank >
     16384 MiB x 0.85: micro-batch <= 6"."""
     lines = []
+    sharded = frame.attrs.get("fsdp2", {})
     for _, row in frame.iterrows():
         if row["fits"] is False:
             best = int(row["max_micro_batch"] or 0)
             way = f"micro-batch <= {best}" if best else "a smaller model or a larger device (no micro-batch fits)"
+            if row["world_size"] in sharded and sharded[row["world_size"]][1] and row["world_size"] > 1:
+                way += f", or dist.strategy: fsdp2 ({_mb(sharded[row['world_size']][0])} MiB a rank: fits)"
             lines.append(f"world size {row['world_size']} ({row['strategy']}): {_mb(row['peak_mb'])} MiB a rank > "
                          f"{_mb(row['device_memory_mb'])} MiB x {headroom:g}: {way}")
     return lines
