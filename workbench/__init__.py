@@ -15,6 +15,7 @@ from workbench.errors import (
     DamagedFileWarning,
     NotSignalledWarning,
     NotWrittenError,
+    ResizeWarning,
     RunFailed,
     RunFolderError,
     SubmitError,
@@ -47,8 +48,8 @@ _LAZY = {
 _MODULES = ("presets", "analysis", "sweeps")
 
 __all__ = ["JobConfig", "ArgumentError", "ConfigError", "ConfigFileError", "RunFolderError", "RunFailed", "SubmitError",
-           "UntrustedFileError", "NotWrittenError", "DamagedFileWarning", "NotSignalledWarning", "scaling_table",
-           "show_traceback", *_LAZY]
+           "UntrustedFileError", "NotWrittenError", "DamagedFileWarning", "NotSignalledWarning", "ResizeWarning",
+           "scaling_table", "show_traceback", *_LAZY]
 
 if TYPE_CHECKING:
     from workbench import sweeps

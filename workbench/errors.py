@@ -118,6 +118,11 @@ class DamagedFileWarning(UserWarning):
     Silence with ``warnings.filterwarnings("ignore", category=DamagedFileWarning)``."""
 
 
+class ResizeWarning(UserWarning):
+    """A run resumed at another world size: what changes (grad_accum_steps kept the effective batch,
+    or lr and warmup follow the scaling rule), said at submit, before it starts."""
+
+
 class NotSignalledWarning(UserWarning):
     """A process a run or pool folder names was left alone: the folder or its record is not the
     user's own and private, or the process is not the workbench process the record names

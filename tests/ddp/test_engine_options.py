@@ -39,7 +39,8 @@ def test_resume_on_fewer_ranks_says_how_batch_lr_and_warmup_change(tmp_path):
     first = workbench.submit(cfg)
     assert first.wait(timeout=120).state == "finished"
     smaller = cfg.replace(dist__procs_per_node=1, train__max_steps=10, train__keep_batch_on_resize=False)
-    again = workbench.submit(smaller, run_dir=first.folder)
+    with pytest.warns(workbench.ResizeWarning, match="lr 0.002 -> 0.001"):
+        again = workbench.submit(smaller, run_dir=first.folder)
     assert again.wait(timeout=120).state == "finished", again.exception()
     message = again.events().query("event == 'rescale'")["message"].iloc[0]
     assert "world size 2 -> 1" in message and "effective batch 16 -> 8" in message

@@ -83,7 +83,8 @@ def test_fsdp2_trains_the_same_losses_as_ddp(tmp_path, task, ranks):
 def test_a_run_that_lost_a_rank_continues_at_one_rank_on_the_unbroken_runs_losses(tmp_path, unbroken, strategy):
     broken = workbench.submit(_cfg(tmp_path, strategy), task=functools.partial(failing_at, 10 + 1, **SYNTHETIC))
     assert broken.wait(timeout=240).state == "failed"
-    continued = workbench.submit(_cfg(tmp_path, strategy, ranks=1), run_dir=broken.folder)
+    with pytest.warns(workbench.ResizeWarning, match="world size 2 -> 1: grad_accum_steps 1 -> 2 keeps"):
+        continued = workbench.submit(_cfg(tmp_path, strategy, ranks=1), run_dir=broken.folder)  # said before it starts
     assert continued.wait(timeout=240).state == "finished", continued.exception()
     rescale = continued.events().query("event == 'rescale'")["message"].iloc[0]
     assert "world size 2 -> 1: grad_accum_steps 1 -> 2 keeps the effective batch 16" in rescale

@@ -10,6 +10,7 @@ import contextlib
 import errno
 import shutil
 import time
+import warnings
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +20,7 @@ from workbench.config.sections import JobConfig
 from workbench.engine.entry import RankEntry
 from workbench.engine.script import FnJob, ScriptJob
 from workbench.engine.tasks import factory_label, factory_options, named_task_problem
-from workbench.errors import ConfigError, SubmitError, UserFacing
+from workbench.errors import ConfigError, ResizeWarning, SubmitError, UserFacing
 from workbench.launch.executors import make_executor
 from workbench.launch.run import Run, live_job
 from workbench.proctree import Proc
@@ -161,6 +162,7 @@ def _start(cfg: JobConfig, run_dir: str | Path | None, *, job: Any = None, from_
             raise _cannot_make(run, exc, existed) from None
         _check_folder_free(run)
         _check_checkpoints(run, from_scratch)
+        _say_resize(run, cfg)
         _prepare(run, cfg, {**(facts or {}), **submit_provenance()}, existed)
         _write_task(run, job)
         try:
@@ -241,6 +243,25 @@ def _check_checkpoints(run: RunDir, from_scratch: bool) -> None:
         names = "; ".join(f"{path.name}: {why}" for path, why in unreadable.items())
         raise SubmitError(f"run folder {run.root} has checkpoints but none can be read ({names}); pass "
                           "from_scratch=True (workbench run --from-scratch) to start over with them set aside")
+
+
+def _say_resize(run: RunDir, cfg: JobConfig) -> None:
+    """A run continued at another world size says, before it starts, what its ranks will do
+    (workbench.config.scaling.resize, from the newest checkpoint that can be read; the ranks decide
+    the same from the checkpoint they load)."""
+    from workbench.config.scaling import resize
+    from workbench.engine.checkpoint import peek_checkpoint
+
+    for path in reversed(run.checkpoint_files()):
+        try:
+            state = peek_checkpoint(path)
+            old = JobConfig.from_dict(state["config"])
+        except Exception:  # noqa: BLE001 - unreadable: the ranks skip it too, and say so
+            continue
+        change = resize(old, int(state["world_size"]), cfg, cfg.world_size)
+        if change.message:
+            warnings.warn(f"{run.root.name} resumes from {path.name}: {change.message}", ResizeWarning, stacklevel=4)
+        return
 
 
 def _unreadable(path: Path) -> str | None:
