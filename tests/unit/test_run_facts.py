@@ -74,6 +74,16 @@ def test_silent_then_lost_by_one_rule_and_one_message(tmp_path):
     assert re.fullmatch(pattern + "; noticed by rank 0", written.message)
 
 
+def test_a_rank_still_starting_gets_a_minute_before_it_is_lost_whatever_the_short_limit(tmp_path):
+    """Importing torch and DDP's set-up hold the GIL for seconds, for much longer on a loaded machine:
+    a short dist.lost_after_s (10 s) must not call a rank that is still starting lost."""
+    from workbench.runfolder.rankstate import STARTING_LOST_S, is_lost, liveness
+
+    assert not is_lost(30, 10, "starting") and is_lost(30, 10, "running")
+    assert is_lost(STARTING_LOST_S + 1, 10, "starting") and is_lost(121, 120, "starting")
+    assert liveness("starting", 30, 10) != "lost" and liveness("running", 30, 10) == "lost"
+
+
 @pytest.mark.parametrize("there", [True, False])
 def test_a_lost_rank_on_this_node_is_said_stopped_if_its_process_is_there_else_killed(tmp_path, there):
     """A rank that stopped beating while its process still exists stopped answering (SIGSTOP, or hung

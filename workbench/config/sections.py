@@ -197,7 +197,8 @@ class DistConfig:
     on_hang: Literal["fail", "warn"] = "fail"
     """A rank named hung: fail ends the run at once with it as the cause; warn only says so."""
     lost_after_s: float = 60.0
-    """Seconds without a heartbeat (ranks beat every 2 s) before a rank is called lost and the run stops."""
+    """Seconds without a heartbeat (ranks beat every 2 s) before a rank is called lost and the run stops
+    (at least 60 while a rank is still starting: importing torch can hold it that long on a busy machine)."""
 
     def __post_init__(self) -> None:
         _settle(self, "dist")

@@ -235,7 +235,7 @@ class RankMonitor:
             return
         data = self.run.read_status(peer)  # None when absent or damaged: then it proves nothing
         silent = (now or time.time()) - data["time"] if data else 0.0
-        if data and data.get("state") in ACTIVE and is_lost(silent, self.lost_after_s):
+        if data and data.get("state") in ACTIVE and is_lost(silent, self.lost_after_s, data["state"]):
             message = lost_message(peer, silent, noticed_by=self.rank, there=process_there(data))
             write_error(self.run, peer, error_record(peer, "Lost", message,
                                                      "", self.attempt, data.get("host", ""), data.get("step"),

@@ -55,14 +55,21 @@ def liveness(state: str, heartbeat_age_s: float | None, lost_after_s: float) -> 
     `lost_after_s` is the run's dist.lost_after_s (the ranks' watcher uses the same)."""
     if state not in ACTIVE or heartbeat_age_s is None:
         return ""
-    if is_lost(heartbeat_age_s, lost_after_s):
+    if is_lost(heartbeat_age_s, lost_after_s, state):
         return "lost"
     return "silent" if heartbeat_age_s > min(SILENT_AFTER_S, lost_after_s / 2) else "alive"
 
 
-def is_lost(heartbeat_age_s: float, lost_after_s: float) -> bool:
-    """The lost rule: no heartbeat for longer than the run's dist.lost_after_s."""
-    return heartbeat_age_s > lost_after_s
+STARTING_LOST_S = 60.0
+"""A rank still starting (importing torch, building its task, DDP's set-up: seconds of C code that
+can hold the GIL, far longer on a loaded machine) is lost only after at least this long."""
+
+
+def is_lost(heartbeat_age_s: float, lost_after_s: float, state: str = "running") -> bool:
+    """The lost rule: no heartbeat for longer than the run's dist.lost_after_s (at least
+    STARTING_LOST_S while the rank is starting)."""
+    limit = max(lost_after_s, STARTING_LOST_S) if state == "starting" else lost_after_s
+    return heartbeat_age_s > limit
 
 
 def node_name() -> str:
