@@ -107,3 +107,14 @@ def test_an_epoch_continued_at_another_world_size_sees_each_remaining_sample_onc
     full = ResumableSampler(list(range(n)), num_replicas=old, rank=0, seed=1, drop_last=True).epoch_order()
     # skipped at most: what drop_last cuts at the new world size, and the rest rounded down to a multiple of it
     assert len(set(full) - set(seen) - set(rest)) < 2 * new
+
+
+def test_the_form_offers_the_strategy_and_its_units_like_any_other_field():
+    from workbench.ui.form import ConfigForm
+
+    form = ConfigForm(JobConfig())
+    assert list(form.rows["dist.strategy"].widget.options) == ["ddp", "fsdp2"]
+    form.rows["dist.strategy"].widget.value = "fsdp2"
+    form.rows["dist.fsdp_units"].widget.value = "[Block, MLP]"
+    assert form.config.dist.strategy == "fsdp2" and form.config.dist.fsdp_units == ["Block", "MLP"]
+    assert JobConfig().with_overrides(["dist.strategy=fsdp2"]).dist.strategy == "fsdp2"  # --set, a sweep field
