@@ -64,6 +64,16 @@ def _final_losses(run) -> list[float]:
 
 
 @pytest.mark.timeout(300)
+def test_an_fsdp2_job_runs_in_the_warm_pool_and_a_ddp_job_after_it_trains_the_same_losses(pool, tmp_path):
+    sharded = pool.submit(_cfg(tmp_path, lr=0.2, dist={"strategy": "fsdp2"}))
+    replicated = pool.submit(_cfg(tmp_path, lr=0.2))  # the same ranks, after the fsdp2 job
+    for run in (sharded, replicated):
+        assert run.wait(timeout=150).state == "finished", run.exception()
+    assert sharded.events().query("event == 'start'")["strategy"].tolist() == ["fsdp2", "fsdp2"]
+    assert _final_losses(sharded) == pytest.approx(_final_losses(replicated), rel=1e-6)
+
+
+@pytest.mark.timeout(300)
 def test_engine_jobs_back_to_back_match_cold_runs(pool, tmp_path):
     runs = [pool.submit(_cfg(tmp_path, lr=lr)) for lr in (0.05, 0.2)]  # the second queues behind the first
     for run in runs:
