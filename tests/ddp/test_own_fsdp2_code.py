@@ -41,8 +41,7 @@ def test_a_function_that_shards_its_own_model_trains_as_its_ddp_twin(tmp_path):
 
         import workbench
 
-        if not dist.is_initialized():  # the same cell under torchrun; submit_fn brings the group up
-            dist.init_process_group("gloo")
+        dist.init_process_group("gloo")  # as under torchrun: it finds the group submit_fn brought up
         rank = dist.get_rank()
         torch.manual_seed(0)
         model = torch.nn.Sequential(*(torch.nn.Sequential(torch.nn.Linear(8 if i == 0 else 16, 16), torch.nn.Tanh())
@@ -63,6 +62,7 @@ def test_a_function_that_shards_its_own_model_trains_as_its_ddp_twin(tmp_path):
             workbench.log(step=step, loss=loss)
         model_state, optim_state = get_state_dict(model, opt)
         dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=checkpoint)
+        dist.destroy_process_group()  # leaves the group for workbench to end
         return {"rank": rank, "full": full, "local": local,
                 "dtensor": all(type(p).__name__ == "DTensor" for p in model.parameters())}
 
@@ -151,3 +151,4 @@ def test_an_fsdp2_script_under_workbench_launch_shows_both_ranks_steps(tmp_path)
     (folder,) = (tmp_path / "runs").iterdir()
     assert workbench.Run.load(folder).status().state == "finished"
     assert_nothing_left(folder)
+
