@@ -9,6 +9,7 @@ before any process group exists, so the run fails in the user's own line, as it 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +25,7 @@ from workbench.config import JobConfig
 
 pytestmark = [pytest.mark.ddp, pytest.mark.timeout(300)]
 OWN_FSDP2 = SCRIPTS / "own_fsdp2.py"
+LIGHTNING_FSDP2 = SCRIPTS / "integrations" / "lightning_fsdp2.py"
 STEPS = 5
 
 
@@ -152,3 +154,24 @@ def test_an_fsdp2_script_under_workbench_launch_shows_both_ranks_steps(tmp_path)
     assert workbench.Run.load(folder).status().state == "finished"
     assert_nothing_left(folder)
 
+
+def test_lightning_fsdp2_under_workbench_launch(tmp_path):
+    """ModelParallelStrategy: Lightning's FSDP2, on CPU with gloo; the module shards itself."""
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "workbench.cli", "launch", "--nproc", "2", "--quiet",
+                           "--set", f"launch.run_root={tmp_path / 'runs'}", str(LIGHTNING_FSDP2), str(out)],
+                          capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (folder,) = (tmp_path / "runs").iterdir()
+    run = workbench.Run.load(folder)
+    frame = run.metrics()
+    losses = frame.pivot_table(index="step", columns="rank", values="train_loss")
+    assert losses.index.tolist() == list(range(12)) and list(losses.columns) == [0, 1]  # the Trainer counts from 0
+    assert (losses[0] != losses[1]).any()  # each rank's own batches, its own loss
+    held = [json.loads((out / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    for name, (kind, numel, _) in held[0].items():
+        assert kind == "DTensor" and [h[name][2] for h in held] == [numel // 2, numel // 2], name
+    shards = sorted(p.name for p in (out / "last.ckpt").iterdir() if p.suffix == ".distcp")
+    assert shards == ["__0_0.distcp", "__1_0.distcp"]
+    assert run.health()["warnings"] == []
+    assert_nothing_left(folder)
