@@ -41,7 +41,8 @@ out = Path(sys.argv[1])
 torch.manual_seed(0)
 x = torch.randn(512, 8)
 data = DataLoader(TensorDataset(x, torch.stack([x.sum(1), x[:, 0]], 1)), batch_size=16)
-trainer = L.Trainer(accelerator="cpu", devices=2, strategy=ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1),
+fsdp2 = ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1)  # "auto" would give 2-way tensor parallel
+trainer = L.Trainer(accelerator="cpu", devices=2, strategy=fsdp2,
                     max_steps=12, logger=WorkbenchLogger(), log_every_n_steps=1, enable_checkpointing=False,
                     enable_progress_bar=False, enable_model_summary=False, default_root_dir=out)
 model = Regressor()
