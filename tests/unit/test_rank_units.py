@@ -203,3 +203,21 @@ def test_a_stop_request_is_seen_by_the_next_logged_step(one_rank_group, tmp_path
     assert logger.log(None, torch.tensor(1.0), stop=False) is False
 
 
+
+
+def test_user_codes_own_init_and_destroy_find_the_group_workbench_holds(one_rank_group):
+    """A submit_fn function or a pool's script calls init_process_group() and destroy_process_group()
+    as under torchrun: the first finds the group up, the second leaves it for workbench to end."""
+    import torch.distributed as dist
+
+    from workbench.engine.env import borrowed_group
+
+    real = dist.init_process_group, dist.destroy_process_group
+    with borrowed_group("held {held}, asked {asked}"):
+        dist.init_process_group()
+        dist.init_process_group("gloo", timeout=None)
+        with pytest.raises(RuntimeError, match=r"init_process_group\('nccl'\): held gloo, asked nccl"):
+            dist.init_process_group("nccl")
+        dist.destroy_process_group()
+        assert dist.is_initialized() and dist.get_world_size() == 1
+    assert (dist.init_process_group, dist.destroy_process_group) == real

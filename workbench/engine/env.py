@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import socket
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,6 +101,36 @@ def join_process_group(backend: str, env: DistEnv, timeout_s: float) -> bool:
     serve_store_on_loopback()
     dist.init_process_group(backend, rank=env.rank, world_size=env.world_size, timeout=timedelta(seconds=timeout_s))
     return True
+
+
+@contextlib.contextmanager
+def borrowed_group(advice: str) -> Iterator[None]:
+    """User code's own init_process_group() and destroy_process_group() (a torchrun-style script in
+    a warm pool, a function given to submit_fn) around a default group workbench holds: the first
+    finds the group up (the same backend: nothing to do; another: refused with `advice`, formatted
+    with held= and asked=), the second leaves it up for workbench to end.  Put back afterwards."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    held = str(dist.get_backend())
+    real = c10d.init_process_group, c10d.destroy_process_group
+
+    def init_process_group(backend: Any = None, *args: Any, **kwargs: Any) -> None:
+        if backend is not None and str(backend).lower() != held:
+            raise RuntimeError(f"init_process_group({backend!r}): " + advice.format(held=held, asked=backend))
+
+    def destroy_process_group(group: Any = None) -> None:
+        if group is not None and group is not dist.group.WORLD:
+            real[1](group)
+
+    modules: tuple[Any, ...] = (dist, c10d)
+    for module in modules:
+        module.init_process_group, module.destroy_process_group = init_process_group, destroy_process_group
+    try:
+        yield
+    finally:
+        for module in modules:
+            module.init_process_group, module.destroy_process_group = real
 
 
 _loopback_store: tuple[int, Any] | None = None

@@ -91,6 +91,9 @@ def run_script_rank(job: ScriptJob, run_dir: str, rank: int, attempt: int = 0) -
     return 0
 
 
+FN_ADVICE = "the process group workbench brought up is {held}; submit the function with dist.backend={asked}"
+
+
 @dataclass(frozen=True)
 class FnJob:
     """A function to call on every rank, with the process group up: workbench.submit_fn."""
@@ -117,7 +120,7 @@ def run_fn_rank(job: FnJob, run_dir: str, rank: int, attempt: int = 0) -> Any:
     import torch
     import torch.distributed as dist
 
-    from workbench.engine.env import DistEnv, join_process_group, pick_device_and_backend
+    from workbench.engine.env import DistEnv, borrowed_group, join_process_group, pick_device_and_backend
 
     env = DistEnv.from_environ()
     owned = False
@@ -127,7 +130,8 @@ def run_fn_rank(job: FnJob, run_dir: str, rank: int, attempt: int = 0) -> Any:
             if device.startswith("cuda"):
                 torch.cuda.set_device(device)
             owned = join_process_group(backend, env, job.timeout_s)
-            result = job.fn(*job.args, **job.kwargs)
+            with borrowed_group(FN_ADVICE):  # the function's own init_process_group(), as under torchrun
+                result = job.fn(*job.args, **job.kwargs)
             write_atomic(RunDir(run_dir).result(rank), cloudpickle.dumps(result))
     finally:  # after the failure is recorded: tearing the group down makes the peers fail too
         if owned and dist.is_initialized():

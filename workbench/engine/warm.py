@@ -39,6 +39,7 @@ import traceback
 from collections.abc import Iterator
 from typing import Any
 
+from workbench.engine.env import borrowed_group
 from workbench.engine.monitor import PORT_TAKEN_EXIT_CODE
 from workbench.engine.tee import switch_output
 from workbench.engine.userframes import user_traceback
@@ -141,13 +142,16 @@ def _next_job(pool: PoolDir, number: int) -> dict[str, Any]:
         time.sleep(POLL_S)
 
 
+POOL_ADVICE = "this pool's process group is {held}; run the script in a pool started with dist.backend={asked}"
+
+
 # --- a run job ---------------------------------------------------------------------------------
 def run_in_folder(job: dict[str, Any], rank: int, number: int) -> dict[str, Any]:
     """The cold worker's job for the run folder, with this rank's output in that folder's logs;
     the process state a job may change is put back after it."""
     run_dir = str(job["run_dir"])
     fresh_rngs()
-    with restored_process_state(), borrowed_group(), output_to(RunDir(run_dir), number, rank):
+    with restored_process_state(), borrowed_group(POOL_ADVICE), output_to(RunDir(run_dir), number, rank):
         elastic = RunDir(run_dir).elastic_error(rank)  # torch's @record writes there, as under torchrun
         elastic.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.environ["TORCHELASTIC_ERROR_FILE"] = str(elastic)
@@ -159,36 +163,6 @@ def run_in_folder(job: dict[str, Any], rank: int, number: int) -> dict[str, Any]
             show_failure(exc, run_dir, 0)
             code = 1
     return {"outcome": "finished" if code == 0 else "failed", "exit_code": code}
-
-
-@contextlib.contextmanager
-def borrowed_group() -> Iterator[None]:
-    """A job's own init_process_group() and destroy_process_group() (a torchrun-style script):
-    the first finds the pool's group up (the same backend: nothing to do), the second leaves it up
-    for the next job.  Put back after the job."""
-    import torch.distributed as dist
-    from torch.distributed import distributed_c10d as c10d
-
-    held = str(dist.get_backend())
-    real = c10d.init_process_group, c10d.destroy_process_group
-
-    def init_process_group(backend: Any = None, *args: Any, **kwargs: Any) -> None:
-        if backend is not None and str(backend).lower() != held:
-            raise RuntimeError(f"init_process_group({backend!r}): this pool's process group is {held}; "
-                               f"run the script in a pool started with dist.backend={backend}")
-
-    def destroy_process_group(group: Any = None) -> None:
-        if group is not None and group is not dist.group.WORLD:
-            real[1](group)
-
-    modules: tuple[Any, ...] = (dist, c10d)
-    for module in modules:
-        module.init_process_group, module.destroy_process_group = init_process_group, destroy_process_group
-    try:
-        yield
-    finally:
-        for module in modules:
-            module.init_process_group, module.destroy_process_group = real
 
 
 def fresh_rngs() -> None:
