@@ -33,9 +33,9 @@ def _endless(tmp_path: Path, cluster, nodes: int, procs: int, **train) -> JobCon
     return _cfg(tmp_path, cluster, nodes, procs, **ENDLESS, **train).replace(launch__time_limit="10")
 
 
-@pytest.mark.parametrize("nodes, procs", [(1, 2), (2, 1), (2, 2)])
-def test_ddp_run_on_slurm_writes_metrics_for_every_rank(slurm_cluster, tmp_path, nodes, procs):
-    run = workbench.submit(_cfg(tmp_path, slurm_cluster, nodes, procs))
+@pytest.mark.parametrize("nodes, procs, strategy", [(1, 2, "ddp"), (2, 1, "ddp"), (2, 2, "fsdp2")])
+def test_ddp_run_on_slurm_writes_metrics_for_every_rank(slurm_cluster, tmp_path, nodes, procs, strategy):
+    run = workbench.submit(_cfg(tmp_path, slurm_cluster, nodes, procs).replace(dist__strategy=strategy))
     status = run.wait(timeout=240)
     assert status.state == "finished", (run.exception(), run.logs(0))
     frame = run.metrics()
@@ -47,6 +47,9 @@ def test_ddp_run_on_slurm_writes_metrics_for_every_rank(slurm_cluster, tmp_path,
     reattached = workbench.Run.load(run.folder)
     assert reattached.status().state == "finished"
     assert len(reattached.metrics()) == len(frame)
+    if strategy == "fsdp2":  # 4 ranks on 2 nodes, each writing its own shards of the checkpoint
+        shards = sorted(p.name for p in (run.folder / "checkpoints" / "step-00000020").glob("*.distcp"))
+        assert shards == [f"__{r}_0.distcp" for r in range(world)]
 
 
 def test_failing_rank_on_slurm_is_named_with_its_traceback(slurm_cluster, tmp_path):
