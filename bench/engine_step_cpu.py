@@ -32,7 +32,8 @@ TASK = {"n_train": 65536, "n_val": 64, "dim": 256, "hidden": 1024, "classes": 16
 BATCH = 64
 VARIANTS = ("hand", "hand_engine_ddp", "hand_python_hook", "hand_comm_timing", "engine", "engine_no_comm_timing",
             "engine_no_checks", "engine_log_10",
-            "engine_torch_ddp", "engine_reduce_each_step", "engine_quiet")
+            "engine_torch_ddp", "engine_reduce_each_step", "engine_quiet",
+            "hand_fsdp2", "hand_fsdp2_engine_clip", "engine_fsdp2", "engine_fsdp2_torch_clip", "engine_fsdp2_quiet")
 """hand: DDP with torch's defaults; hand_engine_ddp: with the engine's DDP options (one 25 MiB bucket,
 gradient_as_bucket_view); hand_python_hook: with torch's own Python all-reduce hook
 (default_hooks.allreduce_hook, what a comm hook costs as such); hand_comm_timing: with the engine's
@@ -41,10 +42,18 @@ timing, checks every 100 steps); engine_no_comm_timing: dist.measure_comm off; e
 dist.check_every_steps off; engine_log_10: a record every 10 steps; engine_torch_ddp: the engine with
 torch's DDP defaults (its bucket_cap_mb and gradient_as_bucket_view as torch has them);
 engine_reduce_each_step: the loss all-reduce at every step (as before the reduces were batched); engine_quiet:
-comm timing and checks off, a record every 10 steps."""
+comm timing and checks off, a record every 10 steps.
+FSDP2 (bench/fsdp_vs_hand.py's sides; not in the default --variants, list them): hand_fsdp2: fully_shard
+on the MLP's first Linear then the root, torch's clip_grad_norm_ (bench/hand_fsdp_loop.py's step);
+hand_fsdp2_engine_clip: the same with the engine's clip_grad_norm (float64 squares, one all-reduce);
+engine_fsdp2: the Trainer with dist.strategy fsdp2; engine_fsdp2_torch_clip: the same with torch's
+clip_grad_norm_ in place of the engine's; engine_fsdp2_quiet: fsdp2, checks off, a record every 10 steps."""
+
+FSDP2_VARIANTS = tuple(v for v in VARIANTS if "fsdp2" in v)
 
 
-def _hand(engine_ddp: bool = False, hook: str = "") -> Callable[[], None]:
+def _hand(engine_ddp: bool = False, hook: str = "", fsdp2: bool = False,
+          engine_clip: bool = False) -> Callable[[], None]:
     import torch
     from torch.nn.parallel import DistributedDataParallel as DDP
     from torch.utils.data import DataLoader, DistributedSampler
@@ -54,7 +63,15 @@ def _hand(engine_ddp: bool = False, hook: str = "") -> Callable[[], None]:
     torch.manual_seed(0)
     task = synthetic_classification(**TASK)
     options: dict[str, Any] = {"bucket_cap_mb": 25.0, "gradient_as_bucket_view": True} if engine_ddp else {}
-    model = DDP(task.model, **options)
+    if fsdp2:
+        from torch.distributed.fsdp import fully_shard
+
+        fully_shard(task.model[0])  # the unit the engine picks for this MLP (bench/hand_fsdp_loop.py)
+        model = fully_shard(task.model)
+    else:
+        model = DDP(task.model, **options)
+    if engine_clip:
+        from workbench.engine.strategy import clip_grad_norm
     if hook == "python":
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
@@ -81,7 +98,10 @@ def _hand(engine_ddp: bool = False, hook: str = "") -> Callable[[], None]:
         torch.nn.functional.cross_entropy(model(x), y).backward()  # the task's loss_fn
         if hook == "timing":
             timer.take(time.perf_counter())
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        if engine_clip:
+            clip_grad_norm(model, 1.0)
+        else:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
 
@@ -91,7 +111,7 @@ def _hand(engine_ddp: bool = False, hook: str = "") -> Callable[[], None]:
 HEARTBEATS: list[Any] = []  # the engine variants' heartbeat threads: their CPU is measured apart
 
 
-def _engine(root: Path, torch_ddp: bool = False, reduce_each_step: bool = False,
+def _engine(root: Path, torch_ddp: bool = False, reduce_each_step: bool = False, torch_clip: bool = False,
             **dist_and_train: Any) -> Callable[[], None]:
     import torch
     from torch.nn.parallel import DistributedDataParallel
@@ -126,6 +146,12 @@ def _engine(root: Path, torch_ddp: bool = False, reduce_each_step: bool = False,
         trainer_module.DDP = DistributedDataParallel  # type: ignore[misc]
     if reduce_each_step:
         trainer.steplog.max_every = 1
+    engine_clip = trainer_module.clip_grad_norm
+
+    def torch_clip_(module: torch.nn.Module, max_norm: float) -> torch.Tensor:
+        return torch.nn.utils.clip_grad_norm_(module.parameters(), max_norm)
+
+    clip = torch_clip_ if torch_clip else engine_clip  # the Trainer calls its module's name: set for each step
     monitor.set_state("running")
 
     def batches() -> Iterator[Any]:
@@ -137,6 +163,7 @@ def _engine(root: Path, torch_ddp: bool = False, reduce_each_step: bool = False,
     found = batches()
 
     def step() -> None:
+        trainer_module.clip_grad_norm = clip  # type: ignore[assignment]
         trainer.train_step(found)
         if _due(trainer.step, cfg.dist.check_every_steps):
             trainer.health.check(trainer.step)  # as fit() does: every check_every_steps steps
@@ -157,6 +184,11 @@ def _build(name: str, root: Path) -> Callable[[], None]:
         "engine_torch_ddp": lambda: _engine(root, torch_ddp=True),
         "engine_reduce_each_step": lambda: _engine(root, reduce_each_step=True),
         "engine_quiet": lambda: _engine(root, measure_comm=False, check_every_steps=None, log_every_steps=10),
+        "hand_fsdp2": lambda: _hand(fsdp2=True),
+        "hand_fsdp2_engine_clip": lambda: _hand(fsdp2=True, engine_clip=True),
+        "engine_fsdp2": lambda: _engine(root, strategy="fsdp2"),
+        "engine_fsdp2_torch_clip": lambda: _engine(root, torch_clip=True, strategy="fsdp2"),
+        "engine_fsdp2_quiet": lambda: _engine(root, strategy="fsdp2", check_every_steps=None, log_every_steps=10),
     }[name]()
 
 
@@ -209,9 +241,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--block", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=24)
-    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, from {', '.join(VARIANTS)}")
+    parser.add_argument("--variants", default=",".join(v for v in VARIANTS if v not in FSDP2_VARIANTS),
+                        help=f"comma-separated, from {', '.join(VARIANTS)}; 'fsdp2' for {', '.join(FSDP2_VARIANTS)}")
     args = parser.parse_args()
-    names = args.variants.split(",")
+    names = list(FSDP2_VARIANTS) if args.variants == "fsdp2" else args.variants.split(",")
     if unknown := set(names) - set(VARIANTS):
         parser.error(f"--variants: unknown {sorted(unknown)}; choose from {', '.join(VARIANTS)}")
     if "RANK" in os.environ:

@@ -51,6 +51,7 @@ from workbench.config import JobConfig
 from workbench.proctree import Proc, end
 
 HAND_LOOP = Path(__file__).with_name("hand_ddp_loop.py")
+HAND_LOOPS = ("hand_ddp_loop.py", "hand_fsdp_loop.py")  # a rank of either, not its torchrun
 TASK = {"n_train": 65536, "n_val": 64, "dim": 256, "hidden": 1024, "classes": 16}
 BATCH, RANKS, CLIP = 64, 2, 1.0
 TICK = os.sysconf("SC_CLK_TCK")
@@ -163,7 +164,7 @@ def _role(pid: int) -> str | None:
         return None
     if not cmd:
         return None
-    if "workbench.engine.worker" in cmd or (HAND_LOOP.name in cmd and "torch.distributed.run" not in cmd):
+    if "workbench.engine.worker" in cmd or (any(n in cmd for n in HAND_LOOPS) and "torch.distributed.run" not in cmd):
         return "rank"
     return "launcher"
 
@@ -186,12 +187,13 @@ def hand(root: Path, steps: int, warmup: int, extra: list[str]) -> list[float]:
     return steady(found["times"], warmup)
 
 
-def hand_loop(root: Path, args: list[str], nproc: int = RANKS, timeout: float = 1200) -> dict[str, Any]:
-    """`torchrun --standalone` running hand_ddp_loop.py with `args`: what its rank 0 wrote (the
-    end-of-step wall times, ...).  1 thread per rank (torchrun's OMP_NUM_THREADS=1)."""
+def hand_loop(root: Path, args: list[str], nproc: int = RANKS, timeout: float = 1200,
+              script: Path = HAND_LOOP) -> dict[str, Any]:
+    """`torchrun --standalone` running `script` (hand_ddp_loop.py) with `args`: what its rank 0 wrote
+    (the end-of-step wall times, ...).  1 thread per rank (torchrun's OMP_NUM_THREADS=1)."""
     out = root / f"hand-{time.time_ns()}.json"
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}  # torchrun sets it to 1
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", str(HAND_LOOP),
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", str(script),
            "--out", str(out), *args]
     for attempt in (1, 2):  # torchrun's standalone rendezvous fails now and then on a busy machine
         done = run_group(cmd, timeout, env=env)
@@ -219,24 +221,26 @@ def run_group(cmd: list[str], timeout: float, first: int = signal.SIGTERM, **pop
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
-def config(root: Path, steps: int) -> JobConfig:
+def config(root: Path, steps: int, dist: dict[str, Any] | None = None) -> JobConfig:
     return JobConfig.from_dict({
         "task": {"name": "synthetic", "options": TASK},
         "train": {"micro_batch_size": BATCH, "max_steps": steps, "epochs": 10**6, "lr": 1e-3, "grad_clip_norm": CLIP,
                   "log_every_steps": 1, "checkpoint_every_steps": 10**9},
-        "dist": {"procs_per_node": RANKS, "threads_per_rank": 1},
+        "dist": {"procs_per_node": RANKS, "threads_per_rank": 1, **(dist or {})},
         "launch": {"run_root": str(root / "runs"), "time_limit": "30"},
     })
 
 
-def engine(root: Path, steps: int, warmup: int, code: str | None = None) -> list[float]:
+def engine(root: Path, steps: int, warmup: int, code: str | None = None,
+           dist: dict[str, Any] | None = None) -> list[float]:
     """workbench.submit + run.wait; with `code`, the launched processes (controller, agents,
-    workers) import workbench from that folder (another checkout) instead."""
+    workers) import workbench from that folder (another checkout) instead; `dist`: settings of
+    the config's dist section beside the bench's (e.g. {"strategy": "fsdp2"})."""
     saved = os.environ.get("PYTHONPATH")
     if code:
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (code, saved) if p)
     try:
-        run = workbench.submit(config(root, steps))
+        run = workbench.submit(config(root, steps, dist))
     finally:
         if code:
             os.environ.pop("PYTHONPATH") if saved is None else os.environ.update(PYTHONPATH=saved)
@@ -260,6 +264,59 @@ def step_times(run: workbench.Run, steps: int, timeout: float = 1200) -> list[fl
 
 
 # --- rounds ------------------------------------------------------------------------------------------
+def alternate(sides: dict[str, Callable[[Path], list[float]]], n_rounds: int) -> list[dict[str, Any]]:
+    """`n_rounds` rounds of every side (each a function of a scratch folder returning its steady
+    window), each side going first in turn, the CPU of everything started sampled; the first side
+    is the baseline of the ratios.  Prints every round; returns their figures."""
+    names = list(sides)
+    base = names[0]
+    rounds: list[dict[str, Any]] = []
+    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(n_rounds):
+            order = names[i % len(names):] + names[:i % len(names)]  # each side goes first in turn
+            found: dict[str, Any] = {"load": os.getloadavg()[0]}
+            for name in order:
+                with CpuSampler() as cpu:
+                    window = sides[name](Path(tmp))
+                found[name] = {"samples_per_s": rate(window), "window_s": window[-1] - window[0],
+                               "cpu_ms_per_step": cpu.per_step(window), "ranks_per_step": cpu.counts}
+            for name in names[1:]:
+                found[f"ratio {name}"] = found[name]["samples_per_s"] / found[base]["samples_per_s"]
+            found["load_end"] = os.getloadavg()[0]
+            rounds.append(found)
+            print(f"round {i + 1} ({' then '.join(order)}; load {found['load']:.2f} -> {found['load_end']:.2f}): "
+                  + ", ".join(f"{name} {found[name]['samples_per_s']:,.0f} samples/s ({found[name]['window_s']:.0f} s)"
+                              for name in names) + ", "
+                  + ", ".join(f"{name} / {base} {found[f'ratio {name}']:.3f}" for name in names[1:]), flush=True)
+            for name in names:
+                parts = found[name]["cpu_ms_per_step"]
+                print(f"    {name:8s} CPU ms/step: " + ", ".join(f"{k} {v:.2f}" for k, v in parts.items())
+                      + f"  (total {sum(parts.values()):.2f}); ranks per step: "
+                      + ", ".join(f"{k} {v:.1f}" for k, v in found[name]["ranks_per_step"].items()), flush=True)
+    return rounds
+
+
+def summarize(rounds: list[dict[str, Any]], names: list[str], target: float = 0.97,
+              base_label: str = "hand-written (torchrun)") -> dict[str, float]:
+    """Prints the medians (samples/s, CPU ms/step by part, ratios to the first side); returns the
+    median ratio of each other side."""
+    print("median samples/s: " + ", ".join(
+        f"{name} {statistics.median(r[name]['samples_per_s'] for r in rounds):,.0f}" for name in names))
+    for name in names:
+        keys = sorted({k for r in rounds for k in r[name]["cpu_ms_per_step"]})
+        print(f"median CPU ms/step {name:8s}: " + ", ".join(
+            f"{k} {statistics.median(r[name]['cpu_ms_per_step'].get(k, 0.0) for r in rounds):.2f}" for k in keys))
+    print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    medians = {}
+    for name in names[1:]:
+        ratios = [r[f"ratio {name}"] for r in rounds]
+        medians[name] = statistics.median(ratios)
+        print(f"median ratio {name} / {base_label}: {medians[name]:.3f} over {len(rounds)} "
+              f"rounds (rounds: {', '.join(f'{x:.3f}' for x in ratios)}; target >= {target})")
+    return medians
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=7)
@@ -281,42 +338,8 @@ def main() -> None:
     if args.also_engine:
         sides[f"engine@{Path(args.also_engine).name}"] = lambda root: engine(root, args.steps, args.warmup,
                                                                               args.also_engine)
-    names = list(sides)
-    rounds: list[dict[str, Any]] = []
-    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        for i in range(args.rounds):
-            order = names[i % len(names):] + names[:i % len(names)]  # each side goes first in turn
-            found: dict[str, Any] = {"load": os.getloadavg()[0]}
-            for name in order:
-                with CpuSampler() as cpu:
-                    window = sides[name](Path(tmp))
-                found[name] = {"samples_per_s": rate(window), "window_s": window[-1] - window[0],
-                               "cpu_ms_per_step": cpu.per_step(window), "ranks_per_step": cpu.counts}
-            for name in names[1:]:
-                found[f"ratio {name}"] = found[name]["samples_per_s"] / found["hand"]["samples_per_s"]
-            found["load_end"] = os.getloadavg()[0]
-            rounds.append(found)
-            print(f"round {i + 1} ({' then '.join(order)}; load {found['load']:.2f} -> {found['load_end']:.2f}): "
-                  + ", ".join(f"{name} {found[name]['samples_per_s']:,.0f} samples/s ({found[name]['window_s']:.0f} s)"
-                              for name in names) + ", "
-                  + ", ".join(f"{name} / hand {found[f'ratio {name}']:.3f}" for name in names[1:]), flush=True)
-            for name in names:
-                parts = found[name]["cpu_ms_per_step"]
-                print(f"    {name:8s} CPU ms/step: " + ", ".join(f"{k} {v:.2f}" for k, v in parts.items())
-                      + f"  (total {sum(parts.values()):.2f}); ranks per step: "
-                      + ", ".join(f"{k} {v:.1f}" for k, v in found[name]["ranks_per_step"].items()), flush=True)
-    print("median samples/s: " + ", ".join(
-        f"{name} {statistics.median(r[name]['samples_per_s'] for r in rounds):,.0f}" for name in names))
-    for name in names:
-        keys = sorted({k for r in rounds for k in r[name]["cpu_ms_per_step"]})
-        print(f"median CPU ms/step {name:8s}: " + ", ".join(
-            f"{k} {statistics.median(r[name]['cpu_ms_per_step'].get(k, 0.0) for r in rounds):.2f}" for k in keys))
-    print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    for name in names[1:]:
-        ratios = [r[f"ratio {name}"] for r in rounds]
-        print(f"median ratio {name} / hand-written (torchrun): {statistics.median(ratios):.3f} over {len(rounds)} "
-              f"rounds (rounds: {', '.join(f'{x:.3f}' for x in ratios)}; target >= 0.97)")
+    rounds = alternate(sides, args.rounds)
+    summarize(rounds, list(sides))
     if args.json:
         Path(args.json).write_text(json.dumps(rounds, indent=1))
 

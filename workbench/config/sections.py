@@ -169,7 +169,8 @@ class DistConfig:
     backward); empty: the model's repeated blocks (e.g. its transformer layers), else its large children."""
     reshard_after_forward: bool = True
     """fsdp2: free the gathered parameters after each unit's forward (less memory, one more all-gather
-    in backward); false keeps them until backward (ZeRO-2-like: faster, more memory)."""
+    in backward); false keeps them until backward (ZeRO-2-like: faster, more memory).  The root's own
+    parameters are kept either way (torch's default: backward needs them first)."""
     find_unused_parameters: bool = False
     """DDP: search for parameters without gradients each step (slower; only if the model needs it)."""
     gradient_as_bucket_view: bool = True

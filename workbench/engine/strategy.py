@@ -75,9 +75,12 @@ class FSDP2Strategy:
                   else MixedPrecisionPolicy())
         units = pick_units(module, cfg.dist.fsdp_units)
         self.units = sorted({type(unit).__name__ for _, unit in units})  # before fully_shard renames them FSDP*
+        reshard = cfg.dist.reshard_after_forward
         for _, unit in reversed(units):  # inner units before the ones holding them, the root last
-            fully_shard(unit, reshard_after_forward=cfg.dist.reshard_after_forward, mp_policy=policy)
-        fully_shard(module, reshard_after_forward=cfg.dist.reshard_after_forward, mp_policy=policy)
+            fully_shard(unit, reshard_after_forward=reshard, mp_policy=policy)
+        # The root as torch's default (None) has it: not resharded after forward, since backward starts with
+        # its parameters (the head); True there would all-gather them again at once, an extra collective a step.
+        fully_shard(module, reshard_after_forward=None if reshard else False, mp_policy=policy)
         self.module = self.model = module
         # FSDP2's all-gathers and reduce-scatters are issued inside its own hooks (and CUDA streams):
         # not timed yet, so comm_wait_s and comm_busy_s are NaN ("not measured") under fsdp2.
