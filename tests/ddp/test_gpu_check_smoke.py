@@ -42,10 +42,14 @@ def test_the_gpu_check_runs_every_section_on_cpu_and_leaves_nothing(tmp_path):
     assert speed["engine_steps_per_s"] > 0 and speed["hand_steps_per_s"] > 0 and speed["engine_vs_hand"] > 0
     assert report["precision"]["bf16_steps_per_s"] > 0 and report["precision"]["fp32_steps_per_s"] > 0
 
-    sharded = report["fsdp2_vs_ddp"]  # one rank: the same losses to float precision
+    sharded = report["fsdp2_vs_ddp"]  # the engine's two strategies now, in bf16
+    assert sharded["what"].startswith("the engine: dist.strategy ddp vs fsdp2"), sharded["what"]
     assert sharded["fsdp2"]["steps_per_s"] > 0 and sharded["ddp"]["steps_per_s"] > 0 and sharded["peak_mb_ratio"] > 0
     assert len(sharded["fsdp2"]["losses"]) == len(sharded["ddp"]["losses"]) == 10
-    assert sharded["loss_max_abs_diff"] < 1e-4, sharded
+    # bf16 to bf16's precision (a loss of ~3.7, bf16's step there 0.016): fsdp2 gathers and computes with bf16
+    # parameters, ddp autocasts from fp32 ones, so they differ in the last bits (5e-4 measured); in fp32 the
+    # two are bit-identical (tests/ddp/test_fsdp2.py)
+    assert sharded["loss_max_abs_diff"] < 1e-2, sharded
 
     peaks = report["planned_vs_measured_peak"]["models"]  # fake tensors against real ones, the same tracker
     assert len(peaks) == 3 and all(m["predicted_mb"] > 0 and m["measured_mb"] > 0 for m in peaks), peaks
