@@ -215,9 +215,10 @@ def test_a_script_sweep_runs_each_trial_with_its_own_option(tmp_path):
     _nothing_left(sweep)
 
 
-def test_scripts_with_their_own_argument_style_are_swept_nanogpt_and_hydra(tmp_path):
+def test_scripts_with_their_own_argument_style_are_swept_nanogpt_and_hydra(tmp_path, monkeypatch):
     """nanoGPT's configurator takes only --key=value (`--learning_rate 0.002` failed its assert); a Hydra app
     (pytorch/examples' minGPT-ddp) takes overrides, key=value, and could not be swept (issue 29)."""
+    monkeypatch.chdir(tmp_path)  # the scripts run where the sweep is started: Hydra writes outputs/ there
     runs = {}
     for script, base, field in ((SCRIPTS / "nanogpt_style.py", ["--max_iters=2"], "args.learning_rate"),
                                 (SCRIPTS / "hydra_app.py", ["trainer_config.max_epochs=2"],
