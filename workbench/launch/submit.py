@@ -246,22 +246,13 @@ def _check_checkpoints(run: RunDir, from_scratch: bool) -> None:
 
 
 def _say_resize(run: RunDir, cfg: JobConfig) -> None:
-    """A run continued at another world size says, before it starts, what its ranks will do
-    (workbench.config.scaling.resize, from the newest checkpoint that can be read; the ranks decide
-    the same from the checkpoint they load)."""
-    from workbench.config.scaling import resize
-    from workbench.engine.checkpoint import peek_checkpoint
+    """A run continued at another world size says, before it starts, what its ranks will do: the same
+    engine.rank.continue_at they apply, from the newest checkpoint that can be read."""
+    from workbench.engine.rank import continue_at
 
-    for path in reversed(run.checkpoint_files()):
-        try:
-            state = peek_checkpoint(path)
-            old = JobConfig.from_dict(state["config"])
-        except Exception:  # noqa: BLE001 - unreadable: the ranks skip it too, and say so
-            continue
-        change = resize(old, int(state["world_size"]), cfg, cfg.world_size)
-        if change.message:
-            warnings.warn(f"{run.root.name} resumes from {path.name}: {change.message}", ResizeWarning, stacklevel=4)
-        return
+    message = continue_at(cfg, run, cfg.world_size)[1]
+    if message:
+        warnings.warn(f"{run.root.name}: {message}", ResizeWarning, stacklevel=4)
 
 
 def _unreadable(path: Path) -> str | None:
