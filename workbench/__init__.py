@@ -37,9 +37,9 @@ _LAZY = {
     "presets": "workbench.config.presets",
     "benchmark_scaling": "workbench.launch.scaling_bench",
     "analysis": "workbench.results.analysis",
-    "runs": "workbench.results.history",
-    "compare": "workbench.results.history",
-    "config_diff": "workbench.results.history",
+    "runs": "workbench.launch.history",
+    "compare": "workbench.launch.history",
+    "config_diff": "workbench.launch.history",
     "plan": "workbench.planning.plan",
     "sweep": "workbench.sweeps.driver",
     "Sweep": "workbench.sweeps.driver",
@@ -55,11 +55,11 @@ if TYPE_CHECKING:
     from workbench import sweeps
     from workbench.engine.script import log
     from workbench.engine.tasks import Task
+    from workbench.launch.history import compare, config_diff, runs
     from workbench.launch.pool import Pool, pools
     from workbench.launch.run import Run
     from workbench.launch.scaling_bench import benchmark_scaling
     from workbench.launch.submit import submit, submit_fn, submit_script
-    from workbench.results.history import compare, config_diff, runs
     from workbench.sweeps.driver import Sweep, sweep
 
 

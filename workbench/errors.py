@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from workbench.launch.run import RankFailure
+    from workbench.runfolder.causes import RankFailure
 
 FULL_TRACEBACK_HINT = "(the full traceback: workbench.show_traceback())"
 

@@ -11,7 +11,7 @@ import workbench
 from tests.support import REPO
 from tests.support.runs import write_run
 from workbench.config import JobConfig
-from workbench.results import history
+from workbench.launch import history
 from workbench.runfolder.layout import RunDir, write_json_atomic
 from workbench.runfolder.writer import JsonlWriter
 

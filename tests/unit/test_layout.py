@@ -1,6 +1,6 @@
 """The house keeps its layout: code that runs inside a rank lives in workbench/engine and imports
 nothing from the submitting side or the widgets; nothing outside ui/ imports ui/ at module level;
-no import cycles, lazy ones included (but for the one-line Run.dashboard convenience)."""
+no import cycles, lazy ones included, and no exemption list."""
 
 from __future__ import annotations
 
@@ -14,8 +14,6 @@ from tests.support import REPO
 
 PACKAGE = REPO / "workbench"
 pytestmark = pytest.mark.timeout(60)
-ALLOWED_LAZY = {("workbench.launch.run", "workbench.ui.dashboard"), ("workbench.launch.run", "workbench.ui.plotview")}
-"""Run.dashboard() and Run.plot(interactive=True): lazy one-line conveniences the layout allows."""
 
 
 def _module_name(path: Path) -> str:
@@ -73,7 +71,7 @@ def _graph() -> dict[str, set[str]]:
     for path in PACKAGE.rglob("*.py"):
         name = _module_name(path)
         edges = {target for target, _ in _imports(path) if target != name}
-        graph[name] = {e for e in edges if (name, e) not in ALLOWED_LAZY}
+        graph[name] = edges
     return graph
 
 
@@ -82,11 +80,11 @@ LAYERS = {
     "errors": set(),
     "config": {"errors"},
     "runfolder": {"errors", "config", "proctree"},
-    "engine": {"errors", "config", "runfolder", "proctree", "integrations"},
+    "engine": {"errors", "config", "runfolder", "proctree"},
     "integrations": {"errors", "config", "runfolder", "engine"},
     "planning": {"errors", "config", "engine"},
     "launch": {"errors", "config", "runfolder", "proctree", "engine", "results"},
-    "results": {"errors", "config", "runfolder", "launch"},
+    "results": {"errors", "config", "runfolder"},
     "sweeps": {"errors", "config", "runfolder", "proctree", "engine", "launch", "results"},
     "cli": {"errors", "config", "runfolder", "proctree", "launch", "results", "sweeps", "planning"},
     "ui": {"errors", "config", "runfolder", "launch", "results", "engine", "sweeps", "planning"},
@@ -107,8 +105,7 @@ def test_each_package_imports_only_the_layers_below_it(package):
     folder = PACKAGE / package
     paths = list(folder.rglob("*.py")) if folder.is_dir() else [PACKAGE / f"{package}.py"]
     for path in paths:
-        name = _module_name(path)
-        bad = sorted({t for t, _ in _imports(path) if _package(t) not in allowed and (name, t) not in ALLOWED_LAZY})
+        bad = sorted({t for t, _ in _imports(path) if _package(t) not in allowed})
         assert not bad, f"{path.relative_to(PACKAGE)} imports {bad}"
 
 
@@ -149,6 +146,30 @@ def test_the_sweep_feature_lives_in_its_package():
     for below in ("launch", "results"):
         assert not list((PACKAGE / below).glob("sweep*.py")), f"{below}/ holds a sweep module: it belongs in sweeps/"
     assert (PACKAGE / "sweeps" / "__init__.py").exists() and not (PACKAGE / "sweeps.py").exists()
+
+
+def test_no_two_layers_may_import_each_other():
+    """The layers form a ladder: where a imports b, b never imports a (results sits below launch;
+    history, which builds Run handles, is launch's)."""
+    pairs = sorted((a, b) for a, allowed in LAYERS.items() for b in allowed if a in LAYERS.get(b, set()))
+    assert not pairs, pairs
+
+
+def test_the_widgets_a_run_opens_are_named_by_entry_point_not_imported():
+    """run.dashboard() and run.plot(interactive=True) find the ui's widgets through the entry-point group
+    pyproject.toml declares, so launch/ imports nothing of ui/ and the names resolve to its classes."""
+    import tomllib
+
+    from workbench.launch.run import WIDGETS
+
+    declared = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["project"]["entry-points"][WIDGETS]
+    assert set(declared) == {"dashboard", "plot"}
+    for name, target in declared.items():
+        module, attr = target.split(":")
+        assert _package(module) == "ui", (name, target)
+        assert (PACKAGE.parent / Path(*module.split("."))).with_suffix(".py").exists(), target
+        source = (PACKAGE.parent / Path(*module.split("."))).with_suffix(".py").read_text()
+        assert re.search(rf"^class {attr}\b", source, re.M), target
 
 
 def test_no_import_cycles_lazy_imports_included():

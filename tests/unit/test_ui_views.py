@@ -9,8 +9,8 @@ import re
 import pytest
 
 from tests.support.runs import write_run
+from workbench.launch.history import compare, runs, wrap_name
 from workbench.launch.status import RankStatus, RunStatus
-from workbench.results.history import compare, runs, wrap_name
 from workbench.ui.dashboard import badges_html
 from workbench.ui.runs_view import RunsView, runs_html
 from workbench.ui.state import dashboard_state

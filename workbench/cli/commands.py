@@ -214,7 +214,7 @@ RUNS_SHOWN = ["name", "status", "start", "duration_s", "world_size", "effective_
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from workbench.results.history import runs
+    from workbench.launch.history import runs
 
     if args.root is not None and not Path(args.root).is_dir():
         raise ConfigError([f"runs: {args.root} is not a folder; give a run root, e.g. workbench runs runs/"])

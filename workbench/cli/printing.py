@@ -376,7 +376,7 @@ def per_rank_table(frame: Any) -> Any:
     """Last step, final loss (the last value each rank logged of the loss the job logs: loss,
     train_loss, ...; the column says which), mean step time and throughput, peak memory per rank
     (those logged)."""
-    from workbench.results.history import loss_metric
+    from workbench.launch.history import loss_metric
 
     loss = loss_metric(frame) or "loss"
     wanted = {"step": ("step", "max"), f"final_{loss}": (loss, "last"), "step_time_s": ("step_time_s", "mean"),

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from workbench.config.scaling import effective_batch
 from workbench.config.sections import DistConfig, JobConfig
 from workbench.config.types import shown
-from workbench.errors import ConfigError, RunFailed, RunFolderError, SubmitError
+from workbench.errors import ArgumentError, ConfigError, RunFailed, RunFolderError, SubmitError
 from workbench.launch.ours import say_not_signalled, signallable
 from workbench.launch.pooljob import PoolJob
 from workbench.launch.status import RunStatus, pruned_mark, run_status
@@ -512,9 +512,7 @@ class Run:
         smooth (EMA weight 0-0.99), ranks, theme="light"|"dark".  interactive=True gives a widget
         with zoom, pan, hover values and those controls (workbench.ui.MetricsPlot)."""
         if interactive:
-            from workbench.ui.plotview import MetricsPlot
-
-            return MetricsPlot(self, **options)
+            return _widget("plot")(self, **options)
         from workbench.results.plots import plot_run
 
         return plot_run(self.metrics(), evals=self.evals(), **options)
@@ -555,9 +553,8 @@ class Run:
         return target
 
     def dashboard(self, **kwargs: Any) -> Any:
-        from workbench.ui.dashboard import Dashboard
-
-        return Dashboard(self, **kwargs)
+        """The live dashboard of this run (workbench.ui.Dashboard)."""
+        return _widget("dashboard")(self, **kwargs)
 
     def report(self) -> dict[str, Any]:
         """Step time split (data, compute, communication) per rank, stragglers, memory imbalance and
@@ -676,3 +673,20 @@ class _LocalPid:
         for proc in controller:
             proc.send(signal.SIGTERM)
         say_not_signalled(self.run.root, refused)
+
+
+WIDGETS = "workbench.widgets"
+"""The entry-point group in which the notebook layer names the widgets a Run opens (pyproject.toml):
+`launch/` sits below `ui/` and imports none of it, so `run.dashboard()` finds the widget by name, as
+pytest finds its plugins, and another front end can register its own."""
+
+
+def _widget(name: str) -> Any:
+    from importlib.metadata import entry_points
+
+    found = entry_points(group=WIDGETS, name=name)
+    if not found:
+        raise ArgumentError(f"run.{name}(): no widget {name!r} is installed (entry point group {WIDGETS!r}); "
+                            f"reinstall workbench (pip install -e .) or use workbench.ui directly, "
+                            f"e.g. workbench.ui.Dashboard(run)")
+    return next(iter(found)).load()

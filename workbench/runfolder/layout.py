@@ -204,7 +204,7 @@ class RunDir:
 
     @property
     def row_cache(self) -> Path:
-        """The run's row in workbench.runs(), written once the run ended (workbench.results.history)."""
+        """The run's row in workbench.runs(), written once the run ended (workbench.launch.history)."""
         return self.root / "row.json"
 
     def export(self, fmt: str) -> Path:

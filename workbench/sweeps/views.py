@@ -226,7 +226,7 @@ def list_sweeps(root: str | os.PathLike[str] | None = None) -> pd.DataFrame:
     created, metric, direction, trials done of planned, best value and trial, driver alive."""
     import pandas as pd
 
-    from workbench.results.history import default_root
+    from workbench.launch.history import default_root
 
     rows = [sweep_row(d) for d in sweeps_under(root if root is not None else default_root())]
     frame = pd.DataFrame(rows, columns=["name", "folder", "created", "metric", "direction", "done", "trials",

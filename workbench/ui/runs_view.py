@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
 
-from workbench.results.history import runs
+from workbench.launch.history import runs
 from workbench.ui.tables import RUN_LABELS, header_cell, scrolling
 
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ class RunsView:
         return f"dashboard of {Path(self.selected[0]).name}"
 
     def compare(self) -> str:
-        from workbench.results.history import compare
+        from workbench.launch.history import compare
 
         if len(self.selected) < 2:
             return "select two or more runs to compare"
