@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-pytest_plugins = ["tests.support.exclusive", "tests.support.slurm_fixture"]
+pytest_plugins = ["tests.support.exclusive", "tests.support.slurm_fixture", "tests.support.fixtures"]
 
 LAYERS = {"unit": "unit", "process": "process", "ddp": "ddp", "slurm": "slurm", "notebooks": "notebook",
           "browser": "browser"}

@@ -4,7 +4,6 @@ failing mirror that becomes a warning instead of breaking training."""
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -64,13 +63,11 @@ def test_a_failing_mirror_is_a_warning_and_training_goes_on(tmp_path):
         "launch": {"run_root": str(tmp_path / "runs")},
         "log": {"mlflow": True, "mlflow_tracking_uri": "bogus-scheme://nowhere"},
     })
-    started = time.monotonic()
     run = workbench.submit(cfg)
     assert run.wait(timeout=240).state == "finished", run.exception()
     warnings = run.health()["warnings"]
     assert len(warnings) == 1 and warnings[0].startswith("rank 0: log.mlflow: could not start")
     assert "training goes on without it" in warnings[0]
     assert run.metrics()["step"].max() == 8
-    assert time.monotonic() - started < 240
     assert not [p for p in os.listdir("/proc") if p.isdigit() and _is_rank_of(p, run.folder)]
 

@@ -259,20 +259,6 @@ def test_exports_are_private_and_dead_checkpoint_temps_go_at_resume(tmp_path):
     assert_nothing_left(run.folder)
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """A 40 MB tmpfs (a real filesystem that fills up); needs root."""
-    mount = tmp_path / "small"
-    mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=40m", "tmpfs", str(mount)],
-                      capture_output=True).returncode != 0:
-        pytest.skip("cannot mount a tmpfs here (needs root)")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
 def test_a_full_disk_under_the_cli_is_one_line_and_exit_2(tmp_path, small_disk):
     path = tmp_path / "job.yaml"
     cfg(small_disk, task="tests.support.tasks_for_tests:big", max_steps=1000, checkpoint_every_steps=5,

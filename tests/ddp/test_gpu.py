@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import math
-import time
 from pathlib import Path
 
 import pytest
@@ -78,12 +77,11 @@ def test_a_failing_rank_on_nccl_stops_the_others(tmp_path):
         pytest.skip("needs two GPUs for two ranks")
     cfg = _cfg(tmp_path, max_steps=100000, checkpoint_every_steps=None, eval_every_steps=None)
     run = workbench.submit(cfg, task=functools.partial(failing_at, 20, n_train=4096, n_val=512, hidden=256))
-    started = time.monotonic()
-    assert run.wait(timeout=200).state == "failed"
-    took = time.monotonic() - started
+    status = run.wait(timeout=200)  # inside dist.timeout_s (600 s): rank 0 did not wait out the NCCL collective
+    assert status.state == "failed"
+    assert [r.state for r in status.ranks] == ["aborted", "failed"], "rank 0 was stopped, not timed out"
     failure = run.exception()
     assert failure.rank == 1 and "injected failure on rank 1" in failure.traceback
-    assert took < 120, f"the other rank waited {took:.0f} s in an NCCL collective"
 
 
 def test_a_warm_pool_runs_jobs_on_nccl_and_leaves_nothing(tmp_path):

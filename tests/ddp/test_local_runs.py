@@ -80,10 +80,9 @@ def test_early_stop_stops_every_rank_at_the_same_step(tmp_path):
 def test_a_failing_rank_fails_the_run_fast_and_stops_the_others(tmp_path):
     run = workbench.submit(_cfg(tmp_path, max_steps=100000, checkpoint_every_steps=None),
                            task=functools.partial(failing_at, 15, rank=1, n_train=2048, n_val=256))
-    started = time.monotonic()
-    status = run.wait(timeout=120)
+    status = run.wait(timeout=120)  # far inside dist.timeout_s (600 s): the others did not wait it out
     assert status.state == "failed"
-    assert time.monotonic() - started < 30 + 15
+    assert [r.state for r in status.ranks] == ["aborted", "failed"], "rank 0 was stopped, not timed out"
     failure = run.exception()
     report("raising rank -> run failed, rank named", time.time() - failure.time)
     assert failure.rank == 1 and failure.type == "RuntimeError"

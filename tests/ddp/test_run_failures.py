@@ -115,20 +115,6 @@ def test_torchrun_prints_the_failing_ranks_traceback(tmp_path):
     assert workbench.Run.load(tmp_path / "run").exception().rank == 1
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """A 40 MB tmpfs (a real filesystem that fills up); needs root."""
-    mount = tmp_path / "small"
-    mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=40m", "tmpfs", str(mount)],
-                      capture_output=True).returncode != 0:
-        pytest.skip("cannot mount a tmpfs here (needs root)")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
 def test_a_full_disk_is_named_with_the_path_and_the_last_checkpoint_survives(tmp_path, small_disk):
     """Checkpoints of a few MB each into 40 MB: one of them does not fit."""
     run = workbench.submit(cfg(small_disk, max_steps=1000, checkpoint_every_steps=5, keep_checkpoints=5),

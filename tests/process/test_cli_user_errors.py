@@ -5,10 +5,10 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from tests.support.fixtures import tmpfs
 from workbench.cli import main
 from workbench.config import JobConfig
 from workbench.errors import ConfigError
@@ -26,23 +26,8 @@ def _bomb(levels: int = 9) -> str:
 
 
 
-@contextlib.contextmanager
-def _tmpfs(path: Path, *options: str):
-    """A real small tmpfs (root only); skips the test where it cannot be mounted."""
-    path.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join(("size=64k", *options)), "tmpfs", str(path)],
-                          capture_output=True, text=True)
-    if made.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
-
-
-
 def test_an_unwritable_run_root_is_rejected_by_check_and_run(tmp_path, capsys):
-    with _tmpfs(tmp_path / "ro", "ro") as readonly:
+    with tmpfs(tmp_path / "ro", "64k", "ro") as readonly:
         path = tmp_path / "job.yaml"
         path.write_text(f"launch:\n  run_root: {readonly}/runs\n")
         line = (f"workbench: launch.run_root: cannot write to {readonly} (where {readonly}/runs would be made); "
@@ -59,7 +44,7 @@ def test_an_unwritable_run_root_is_rejected_by_check_and_run(tmp_path, capsys):
 
 
 def test_a_full_disk_at_submit_is_one_line_and_leaves_no_folder(tmp_path, capsys):
-    with _tmpfs(tmp_path / "full") as disk:
+    with tmpfs(tmp_path / "full", "64k") as disk:
         with contextlib.suppress(OSError), open(disk / "filler", "wb") as fh:
             while True:
                 fh.write(b"\0" * 4096)

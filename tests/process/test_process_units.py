@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from tests.support.fixtures import tmpfs
 from tests.support.runs import fail_building, frame_lines
 from tests.support.tasks_for_tests import raising_inside
 from workbench.engine.userframes import HIDDEN_NOTE
@@ -52,11 +53,7 @@ def test_a_recycled_pid_is_never_signalled():
 
 
 def test_an_error_file_is_written_on_a_full_disk_from_the_reserve(tmp_path):
-    mount = tmp_path / "tiny"
-    mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mount)]).returncode != 0:
-        pytest.skip("cannot mount a tmpfs here (needs root)")
-    try:
+    with tmpfs(tmp_path / "tiny", "512k") as mount:
         run = RunDir(mount / "run").create()
         reserve_error_space(run, 1)
         with open(mount / "filler", "wb") as fh, pytest.raises(OSError):
@@ -65,8 +62,6 @@ def test_an_error_file_is_written_on_a_full_disk_from_the_reserve(tmp_path):
         write_error(run, 1, {"rank": 1, "type": "OSError", "message": "disk full", "traceback": "tb" * 100})
         assert read_json(run.error(1))["message"] == "disk full"
         assert run.ranks_with("errors") == [1]
-    finally:
-        subprocess.run(["umount", "-l", str(mount)])
 
 
 

@@ -158,15 +158,6 @@ def test_no_warmup_and_no_room_to_decay():
 
 
 # --- step logger ---------------------------------------------------------------------------------
-@pytest.fixture
-def one_rank_group(tmp_path):
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
-
-
 def _written(monitor) -> list[dict]:
     import json
 

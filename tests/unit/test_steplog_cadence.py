@@ -13,15 +13,6 @@ from workbench.runfolder.layout import RunDir
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.fixture
-def one_rank_group(tmp_path):
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
-
-
 def _written(monitor) -> list[dict]:
     """The records on disk so far (the writer flushes every line)."""
     path = monitor.run.metrics(0)
