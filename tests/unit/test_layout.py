@@ -306,3 +306,21 @@ def test_a_fact_has_one_owner(name):
     found = sorted(p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")
                    if _defines(ast.parse(p.read_text()), name))
     assert found == [OWNERS[name]], f"{name} is defined in {found}; only {OWNERS[name]} should"
+
+
+def test_the_three_submit_forms_are_written_once():
+    """workbench.submit, submit_fn and submit_script: fresh ranks, a pool's warm ranks and a sweep
+    array's element all submit through Launches' one copy (a launcher only says check and hand_over)."""
+    forms = {"submit", "submit_fn", "submit_script"}
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and node.name != "Launches":
+                methods = {f.name for f in node.body if isinstance(f, ast.FunctionDef)}
+                defined = methods & forms if "hand_over" in methods else set()  # a launcher
+                assert not defined, f"{path.relative_to(PACKAGE)}: {node.name} writes {sorted(defined)} again"
+    from workbench.launch.pool import Pool
+    from workbench.launch.submit import FreshRanks, Launches
+    from workbench.sweeps.array import Element
+
+    for launcher in (FreshRanks, Pool, Element):
+        assert issubclass(launcher, Launches) and launcher.submit_script is Launches.submit_script

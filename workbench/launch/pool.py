@@ -25,8 +25,7 @@ from workbench.errors import ConfigError, SubmitError
 from workbench.launch.executors import make_executor
 from workbench.launch.ours import say_not_signalled, signallable
 from workbench.launch.pooljob import PoolJob, pool_alive
-from workbench.launch.run import Run
-from workbench.launch.submit import _start, check_before_submit, engine_job, fn_job, script_job
+from workbench.launch.submit import Launches, check_before_submit
 from workbench.proctree import Proc, end, wait_gone
 from workbench.runfolder.layout import PoolDir, RunDir, pool_dir, pools_under, read_json, safe_name, write_json_atomic
 from workbench.runfolder.private import private_umask
@@ -39,12 +38,14 @@ EXEC_PEER_GRACE_S = 5.0
 _last: list[weakref.ref[Pool]] = []
 
 
-class Pool:
+class Pool(Launches):
     """`world_size` warm ranks for cfg (local, or one SLURM allocation of dist.nodes x
     dist.procs_per_node held for launch.time_limit).  Jobs must match its world size and backend;
     everything else may change between them.  `idle_timeout_s` without a job ends the ranks (and
     releases the allocation).  Close it (`close()`, or `with workbench.Pool(cfg) as pool:`);
     a pool made in a kernel is closed when the kernel exits, and a kernel restart ends it."""
+
+    cfg: JobConfig
 
     def __init__(self, cfg: JobConfig, name: str | None = None, *, idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
                  stop_with_caller: bool = False):
@@ -87,27 +88,9 @@ class Pool:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # --- jobs ------------------------------------------------------------------------------------
-    def submit(self, cfg: JobConfig | None = None, task: Callable[..., Any] | None = None,
-               run_dir: str | Path | None = None) -> Run:
-        """workbench.submit, in the warm ranks (cfg: the pool's config when not given)."""
-        cfg, factory = engine_job(cfg or self.cfg, task)
-        return _start(cfg, run_dir, job=factory, launcher=self)
-
-    def submit_fn(self, fn: Callable[..., Any], *args: Any, cfg: JobConfig | None = None,
-                  run_dir: str | Path | None = None, **kwargs: Any) -> Run:
-        """workbench.submit_fn, in the warm ranks."""
-        cfg, job = fn_job(fn, args, kwargs, cfg or self.cfg)
-        return _start(cfg, run_dir, job=job, facts={"function": job.label}, launcher=self)
-
-    def submit_script(self, script: str | Path | None = None, args: list[str] | None = None,
-                      cfg: JobConfig | None = None, run_dir: str | Path | None = None, *, module: str | None = None,
-                      cwd: str | Path | None = None, env: dict[str, str] | None = None) -> Run:
-        """workbench.submit_script, in the warm ranks: the script's own init_process_group() and
-        destroy_process_group() find the pool's group up and leave it up."""
-        cfg, job, facts = script_job(script, args, cfg or self.cfg, None, module, cwd, env)
-        return _start(cfg, run_dir, job=job, facts=facts, launcher=self)
-
+    # --- jobs: submit, submit_fn and submit_script come from Launches, in the warm ranks (cfg: the
+    # pool's config when a job gives none); a script's own init_process_group() and
+    # destroy_process_group() find the pool's group up and leave it up.
     def check(self, cfg: JobConfig) -> None:
         """A job must fit the ranks: same world size and backend (ConfigError naming the field)."""
         problems = []

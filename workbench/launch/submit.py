@@ -14,13 +14,13 @@ import warnings
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from workbench.config.sections import JobConfig
 from workbench.engine.entry import RankEntry
 from workbench.engine.script import FnJob, ScriptJob
 from workbench.engine.tasks import factory_label, factory_options, named_task_problem
-from workbench.errors import ConfigError, ResizeWarning, SubmitError, UserFacing
+from workbench.errors import ArgumentError, ConfigError, ResizeWarning, SubmitError, UserFacing
 from workbench.launch.executors import make_executor
 from workbench.launch.run import Run, live_job
 from workbench.proctree import Proc
@@ -38,8 +38,7 @@ def submit(cfg: JobConfig, task: Callable[..., Any] | None = None, run_dir: str 
     earlier run continues it from its latest checkpoint (`from_scratch=True`: start over, its
     checkpoints set aside).  A local run lives on when the submitting process ends (a kernel
     restart): `Run.load(run_dir)` follows it again; `stop_with_caller=True` ends it with the caller."""
-    cfg, factory = engine_job(cfg, task)
-    return _start(cfg, run_dir, job=factory, from_scratch=from_scratch, stop_with_caller=stop_with_caller)
+    return FreshRanks().submit(cfg, task, run_dir, from_scratch=from_scratch, stop_with_caller=stop_with_caller)
 
 
 def engine_job(cfg: JobConfig, task: Callable[..., Any] | None) -> tuple[JobConfig, Any]:
@@ -63,8 +62,8 @@ def submit_script(script: str | Path | None = None, args: list[str] | None = Non
     """Launch a torchrun-style script (or `module`, as `python -m` would) on cfg's executor, one
     process per rank, each with torchrun's environment.  `cwd` is the ranks' working folder (default:
     this one) and `env` extra environment variables for them."""
-    cfg, job, facts = script_job(script, args, cfg, nproc, module, cwd, env)
-    return _start(cfg, run_dir, job=job, stop_with_caller=stop_with_caller, facts=facts)
+    return FreshRanks().submit_script(script, args, cfg, run_dir, nproc=nproc, module=module, cwd=cwd, env=env,
+                                      stop_with_caller=stop_with_caller)
 
 
 def script_job(script: str | Path | None, args: list[str] | None, cfg: JobConfig | None, nproc: int | None,
@@ -97,8 +96,7 @@ def submit_fn(fn: Callable[..., Any], *args: Any, cfg: JobConfig | None = None, 
     group up for dist.backend.  `fn` may be defined in a notebook cell: it is pickled by value.
     `workbench.log(step=..., **values)` inside it streams per rank; `run.results()` gives every
     rank's return value in rank order; an exception on any rank fails the run with its traceback."""
-    cfg, job = fn_job(fn, args, kwargs, cfg)
-    return _start(cfg, run_dir, job=job, facts={"function": job.label})
+    return FreshRanks().submit_fn(fn, *args, cfg=cfg, run_dir=run_dir, **kwargs)
 
 
 def fn_job(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], cfg: JobConfig | None,
@@ -133,20 +131,9 @@ def task_problems(cfg: JobConfig) -> list[str]:
     return [problem] if problem else []
 
 
-class Launcher(Protocol):
-    """Where a prepared run folder goes: the executor's fresh rank processes (the default), or a
-    warm pool's ranks (workbench.Pool)."""
-
-    def check(self, cfg: JobConfig) -> None:
-        """Raise ConfigError when cfg cannot run here (before anything is made)."""
-
-    def hand_over(self, cfg: JobConfig, run: RunDir, stop_with_caller: bool) -> Any:
-        """Start the ranks on the prepared run folder; returns the job the Run handle follows."""
-
-
 def _start(cfg: JobConfig, run_dir: str | Path | None, *, job: Any = None, from_scratch: bool = False,
            stop_with_caller: bool = False, facts: dict[str, Any] | None = None,
-           launcher: Launcher | None = None) -> Run:
+           launcher: Launches | None = None) -> Run:
     """`job` is the part of the run's job that the config does not say, pickled into the run's
     task.pkl: a task factory (the engine's job), a ScriptJob or an FnJob; None for the engine with
     cfg.task.name."""
@@ -174,11 +161,54 @@ def _start(cfg: JobConfig, run_dir: str | Path | None, *, job: Any = None, from_
     return Run(run.root, handle)
 
 
-class FreshRanks:
-    """One RankEntry per rank through submitit: fresh processes for this run."""
+class Launches:
+    """workbench.submit, submit_fn and submit_script on a launcher (fresh ranks, a pool's warm ranks, a
+    sweep array's element), written once: each makes its job (engine_job, fn_job, script_job) and
+    starts it through the one pipeline (_start).  `cfg` is the launcher's own config, used where a
+    job gives none (a pool's), or None."""
+
+    cfg: JobConfig | None = None
 
     def check(self, cfg: JobConfig) -> None:
+        """Raise ConfigError when cfg cannot run here (before anything is made): a pool's world size
+        and backend are fixed."""
         return None
+
+    def hand_over(self, cfg: JobConfig, run: RunDir, stop_with_caller: bool) -> Any:
+        """Start the ranks on the prepared run folder; returns the job the Run handle follows."""
+        raise NotImplementedError
+
+    def _config(self, cfg: JobConfig | None) -> JobConfig | None:
+        return cfg or self.cfg
+
+    def submit(self, cfg: JobConfig | None = None, task: Callable[..., Any] | None = None,
+               run_dir: str | Path | None = None, *, from_scratch: bool = False,
+               stop_with_caller: bool = False) -> Run:
+        """workbench.submit, here."""
+        config = self._config(cfg)
+        if config is None:
+            raise ArgumentError("cfg: give the JobConfig to run (e.g. workbench.JobConfig.from_yaml(path))")
+        config, factory = engine_job(config, task)
+        return _start(config, run_dir, job=factory, from_scratch=from_scratch, stop_with_caller=stop_with_caller,
+                      launcher=self)
+
+    def submit_fn(self, fn: Callable[..., Any], *args: Any, cfg: JobConfig | None = None,
+                  run_dir: str | Path | None = None, **kwargs: Any) -> Run:
+        """workbench.submit_fn, here."""
+        config, job = fn_job(fn, args, kwargs, self._config(cfg))
+        return _start(config, run_dir, job=job, facts={"function": job.label}, launcher=self)
+
+    def submit_script(self, script: str | Path | None = None, args: list[str] | None = None,
+                      cfg: JobConfig | None = None, run_dir: str | Path | None = None, *, nproc: int | None = None,
+                      module: str | None = None, cwd: str | Path | None = None, env: dict[str, str] | None = None,
+                      stop_with_caller: bool = False) -> Run:
+        """workbench.submit_script, here."""
+        config, job, facts = script_job(script, args, self._config(cfg), nproc, module, cwd, env)
+        return _start(config, run_dir, job=job, stop_with_caller=stop_with_caller, facts=facts, launcher=self)
+
+
+class FreshRanks(Launches):
+    """One RankEntry per rank through submitit: fresh processes for this run."""
 
     def hand_over(self, cfg: JobConfig, run: RunDir, stop_with_caller: bool) -> Any:
         with private_umask():  # submitit's pickles and logs, and every process it starts, stay private

@@ -34,12 +34,12 @@ from typing import TYPE_CHECKING, Any
 from workbench.config.sections import JobConfig
 from workbench.errors import SubmitError
 from workbench.launch.executors import SlurmJob, slurm_array_executor, slurm_failure, slurm_shape
+from workbench.launch.submit import Launches
 from workbench.runfolder.layout import RunDir, SweepDir, write_json_atomic
 from workbench.runfolder.private import private_umask
 from workbench.sweeps import space as sp
 
 if TYPE_CHECKING:
-    from workbench.launch.run import Run
     from workbench.sweeps.driver import Sweep
 
 REPLAN_EVERY_S = 15.0
@@ -284,16 +284,13 @@ def _frozen(params: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(sorted((k, json.dumps(v, default=str)) for k, v in params.items()))
 
 
-class Element:
+class Element(Launches):
     """Where a trial's prepared run folder goes on SLURM: to array element `job_id`, which already
     runs and waits; handing it over is answering the element.  Submits as workbench.submit,
     submit_fn and submit_script do (the same pipeline), as a Pool does."""
 
     def __init__(self, arrays: SlurmArrays, job_id: str):
         self.arrays, self.job_id = arrays, job_id
-
-    def check(self, cfg: JobConfig) -> None:
-        return None
 
     def hand_over(self, cfg: JobConfig, run: RunDir, stop_with_caller: bool) -> SlurmJob:
         for task in range(cfg.world_size):  # submitit's per-task files, where the run's readers look
@@ -304,27 +301,6 @@ class Element:
         run.record_job(self.job_id, sweep_array=self.job_id.split("_", 1)[0])
         self.arrays.answer(self.job_id, run, trial=_trial_number(run.root))
         return SlurmJob(folder=run.logs, job_id=self.job_id, tasks=tuple(range(cfg.world_size)))
-
-    def submit(self, cfg: JobConfig, task: Any = None, run_dir: str | Path | None = None) -> Run:
-        from workbench.launch.submit import _start, engine_job
-
-        cfg, factory = engine_job(cfg, task)
-        return _start(cfg, run_dir, job=factory, launcher=self)
-
-    def submit_fn(self, fn: Any, *args: Any, cfg: JobConfig | None = None, run_dir: str | Path | None = None,
-                  **kwargs: Any) -> Run:
-        from workbench.launch.submit import _start, fn_job
-
-        cfg, job = fn_job(fn, args, kwargs, cfg)
-        return _start(cfg, run_dir, job=job, facts={"function": job.label}, launcher=self)
-
-    def submit_script(self, script: str | Path | None = None, args: list[str] | None = None,
-                      cfg: JobConfig | None = None, run_dir: str | Path | None = None, *, module: str | None = None,
-                      cwd: str | Path | None = None, env: dict[str, str] | None = None) -> Run:
-        from workbench.launch.submit import _start, script_job
-
-        cfg, job, facts = script_job(script, args, cfg, None, module, cwd, env)
-        return _start(cfg, run_dir, job=job, facts=facts, launcher=self)
 
 
 def _trial_number(root: Path) -> int | None:
