@@ -28,15 +28,6 @@ def _cfg(tmp_path: Path, **train):
     return cfg(tmp_path, **{"max_steps": 12, "checkpoint_every_steps": None, **train})
 
 
-@pytest.fixture(scope="module")
-def pool(tmp_path_factory):
-    root = tmp_path_factory.mktemp("pool")
-    pool = workbench.Pool(_cfg(root), idle_timeout_s=600).wait_ready(180)
-    yield pool
-    pool.close()
-    assert_nothing_left(pool.dir.root)
-
-
 def _workers(pool) -> list[Proc]:
     return [p for p in pool.dir.recorded("worker") if p.alive()]
 

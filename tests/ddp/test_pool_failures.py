@@ -15,7 +15,7 @@ import pytest
 
 import workbench
 from tests.support import SCRIPTS
-from tests.support.lifecycle import assert_nothing_left, cfg, run_processes, wait_until
+from tests.support.lifecycle import assert_nothing_left, cfg, wait_until
 
 pytestmark = [pytest.mark.ddp]
 
@@ -25,15 +25,6 @@ ENGINE_FRAMES = ("workbench/engine", "workbench/launch", "submitit", "runpy", "R
 
 def _cfg(tmp_path: Path):
     return cfg(tmp_path, max_steps=5, checkpoint_every_steps=None)
-
-
-@pytest.fixture(scope="module")
-def pool(tmp_path_factory):
-    root = tmp_path_factory.mktemp("pool")
-    pool = workbench.Pool(_cfg(root), idle_timeout_s=600).wait_ready(180)
-    yield pool
-    pool.close()
-    assert not run_processes(pool.dir.root), "nothing of the pool is left after close()"
 
 
 def _no_workbench_frames(text: str) -> None:

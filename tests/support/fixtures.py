@@ -6,6 +6,7 @@ import contextlib
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,3 +41,19 @@ def one_rank_group(tmp_path: Path) -> Iterator[None]:
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     yield
     dist.destroy_process_group()
+
+
+@pytest.fixture(scope="session")
+def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One local 2-rank gloo pool (1 thread a rank) for the session's pool tests, warmed once: a job
+    that fails or is cancelled leaves the pool serving the next with fresh workers, which is what
+    those tests show.  Nothing of it is left after close()."""
+    import workbench
+    from tests.support.lifecycle import assert_nothing_left, cfg
+
+    root = tmp_path_factory.mktemp("pool")
+    # idle for up to an hour: other tests may run between the pool tests of one worker
+    warm = workbench.Pool(cfg(root, max_steps=12, checkpoint_every_steps=None), idle_timeout_s=3600).wait_ready(180)
+    yield warm
+    warm.close()
+    assert_nothing_left(warm.dir.root)
