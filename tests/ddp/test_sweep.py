@@ -20,6 +20,7 @@ from tests.support import REPO, SCRIPTS
 from tests.support.lifecycle import CLI, ENDLESS, assert_nothing_left, cfg, gated_cfg, wait_until
 from workbench.launch.run import Run
 from workbench.runfolder.layout import RunDir, SweepDir
+from workbench.sweeps import Fn, Script
 
 optuna = pytest.importorskip("optuna")
 pytestmark = [pytest.mark.ddp, pytest.mark.timeout(300)]
@@ -139,7 +140,7 @@ def test_a_sweep_through_a_warm_pool_runs_each_trial_in_its_ranks_a_scripts_too(
         latency = frame["start_latency_s"]
         assert latency.notna().all()
         print(f"\n[sweep] pool trial start latency (s): {[round(x, 3) for x in latency]}", flush=True)
-        scripted = workbench.sweep(c, {"args.lr": [1e-3, 1e-2]}, script=SWEEP_SCRIPT, script_args=["--steps", "2"],
+        scripted = workbench.sweep(c, {"args.lr": [1e-3, 1e-2]}, payload=Script(SWEEP_SCRIPT, "--steps", "2"),
                                    metric="score", pool=pool, pruner="none").wait(timeout=240)
         frame = scripted.frame()
         assert set(frame["state"]) == {"finished"} and len(frame) == 2, (frame, scripted.events)
@@ -199,8 +200,8 @@ def test_workbench_sweep_from_a_terminal_ctrl_c_cancels_every_trial_and_resume_f
 def test_a_script_sweep_runs_each_trial_with_its_own_option(tmp_path):
     """args.lr is that trial's --lr: the base arguments' --lr 0.5 is replaced, --steps kept, and the
     score each 2-rank run logs (1000 x the --lr its ranks all-reduced) differs as the values do."""
-    sweep = workbench.sweep(_cfg(tmp_path, procs=2), {"args.lr": [1e-3, 1e-2]}, script=SWEEP_SCRIPT,
-                            script_args=["--lr", "0.5", "--steps", "3"], metric="score", parallel=2,
+    sweep = workbench.sweep(_cfg(tmp_path, procs=2), {"args.lr": [1e-3, 1e-2]},
+                            payload=Script(SWEEP_SCRIPT, "--lr", "0.5", "--steps", "3"), metric="score", parallel=2,
                             pruner="none").wait(timeout=240)
     frame = sweep.frame().sort_values("number")
     assert len(frame) == 2 and set(frame["state"]) == {"finished"}, (frame, sweep.events)
@@ -223,7 +224,7 @@ def test_scripts_with_their_own_argument_style_are_swept_nanogpt_and_hydra(tmp_p
     for script, base, field in ((SCRIPTS / "nanogpt_style.py", ["--max_iters=2"], "args.learning_rate"),
                                 (SCRIPTS / "hydra_app.py", ["trainer_config.max_epochs=2"],
                                  "args.optimizer_config.learning_rate")):
-        sweep = workbench.sweep(_cfg(tmp_path), {field: [1e-3, 1e-2]}, script=script, script_args=base,
+        sweep = workbench.sweep(_cfg(tmp_path), {field: [1e-3, 1e-2]}, payload=Script(script, *base),
                                 metric="score", parallel=2, pruner="none").wait(timeout=240)
         frame = sweep.frame()
         assert len(frame) == 2 and set(frame["state"]) == {"finished"}, (frame, sweep.events)
@@ -237,8 +238,8 @@ def test_scripts_with_their_own_argument_style_are_swept_nanogpt_and_hydra(tmp_p
 
 def test_a_script_trial_without_the_metric_fails_naming_what_it_logged(tmp_path):
     """With --steps 1 the script logs `accuracy` (not the sweep's val_loss), with --steps 0 nothing."""
-    sweep = workbench.sweep(_cfg(tmp_path), {"args.steps": [1, 0]}, script=SWEEP_SCRIPT,
-                            script_args=["--log", "accuracy"], parallel=2, pruner="none").wait(timeout=240)
+    sweep = workbench.sweep(_cfg(tmp_path), {"args.steps": [1, 0]}, payload=Script(SWEEP_SCRIPT, "--log", "accuracy"),
+                            parallel=2, pruner="none").wait(timeout=240)
     assert sweep.frame()["state"].tolist() == ["failed", "failed"] and sweep.best is None
     why = {1: "its run finished without logging val_loss (it logged accuracy); set metric= to one of them, or log "
               "val_loss with workbench.log(step=..., val_loss=value)",
@@ -256,8 +257,9 @@ def test_a_module_sweep_runs_it_as_python_m_from_the_folder_the_sweep_was_made_i
     (tmp_path / "pkg" / "__init__.py").write_text("")
     (tmp_path / "pkg" / "train_lr.py").write_text(SWEEP_SCRIPT.read_text())
     monkeypatch.chdir(tmp_path)
-    sweep = workbench.sweep(_cfg(tmp_path), {"args.lr": [1e-2]}, module="pkg.train_lr", script_args=["--steps", "1"],
-                            metric="score", pruner="none").wait(timeout=240)
+    sweep = workbench.sweep(_cfg(tmp_path), {"args.lr": [1e-2]},
+                            payload=Script(None, "--steps", "1", module="pkg.train_lr"), metric="score",
+                            pruner="none").wait(timeout=240)
     (run,) = sweep.runs
     assert sweep.frame()["state"].tolist() == ["finished"], sweep.events
     assert run.meta["args"] == ["--steps", "1", "--lr=0.01"] and run.meta["cwd"] == str(tmp_path)
@@ -319,7 +321,7 @@ def test_a_function_sweep_passes_each_trial_its_argument(tmp_path):
             workbench.log(step=step, val_loss=agreed.item() / dist.get_world_size() + step)
         return lr
 
-    sweep = workbench.sweep(_cfg(tmp_path, procs=2), {"fn.lr": [0.5, 0.25]}, fn=train, fn_args=(2,), parallel=2,
+    sweep = workbench.sweep(_cfg(tmp_path, procs=2), {"fn.lr": [0.5, 0.25]}, payload=Fn(train, 2), parallel=2,
                             pruner="none").wait(timeout=240)
     frame = sweep.frame()
     assert len(frame) == 2 and set(frame["state"]) == {"finished"}, (frame, sweep.events)
@@ -347,7 +349,7 @@ def test_a_task_factory_sweep_calls_the_factory_with_each_trials_option(tmp_path
         return workbench.Task(model=model, train_dataset=train, val_dataset=val, loss_fn=F.cross_entropy)
 
     c = _cfg(tmp_path, max_steps=4, eval_every_steps=4)
-    sweep = workbench.sweep(c, {"task.options.rows": [128, 192]}, task=my_task, parallel=2,
+    sweep = workbench.sweep(c, {"task.options.rows": [128, 192]}, payload=my_task, parallel=2,
                             pruner="none").wait(timeout=240)
     frame = sweep.frame()
     assert len(frame) == 2 and set(frame["state"]) == {"finished"}, (frame, sweep.events)

@@ -71,7 +71,7 @@ def test_a_bad_distribution_is_one_line_naming_it(make, args):
     ({"trainlr": [1]}, ["'trainlr' is not a field", "section.field"]),
     ({"train.lr": 1e-3}, ["train.lr", "non-empty list", "loguniform"]),
     ({"train.lr": []}, ["train.lr", "non-empty list"]),
-    ({"fn.steps": [1, 2]}, ["fn.steps", "pass fn="]),
+    ({"fn.steps": [1, 2]}, ["fn.steps", "pass payload=workbench.sweeps.Fn(fn)"]),
 ])
 def test_a_bad_space_is_one_config_error_line_naming_the_field(tmp_path, space, words):
     with pytest.raises(ConfigError) as err:
@@ -242,7 +242,7 @@ def _train(steps, lr=0.1):
 
 @pytest.mark.parametrize("space, kind, words", [
     ({"args.lr": [1e-3]}, {}, ["space['args.lr']", "args.* fields are a swept script's options (--lr)",
-                               "pass script='train.py'"]),
+                               "pass payload=workbench.sweeps.Script('train.py')"]),
     ({"args.lr": [1e-3]}, {"fn": _train}, ["space['args.lr']", "this sweep runs a function: sweep 'fn.lr'"]),
     ({"fn.lr": [1e-3]}, {"script": True}, ["space['fn.lr']", "this sweep runs a script: sweep 'args.lr' (--lr)"]),
     ({"train.lr": [1e-3]}, {"script": True}, ["space['train.lr']", "a script does not read the train section",
@@ -353,3 +353,46 @@ def test_the_script_parses_the_swept_value_whatever_its_base_arguments(base, lr)
     seen = parser.parse_args(sp.script_argv(argv, {"args.lr": lr}))
     assert seen.lr == lr
     assert (seen.steps, seen.amp) == (3 if "--steps" in argv else 1, "--amp" in argv)
+
+
+@pytest.mark.parametrize("payload, words", [
+    (workbench.sweeps.Script("nope.py"), ["script: nope.py does not exist"]),
+    (workbench.sweeps.Script(None, "--epochs", "1"), ["payload: Script() has arguments ['--epochs', '1'] but no script"]),
+    (workbench.sweeps.Script("train.py", "--epochs", 1), ["is not a list of strings"]),
+    (workbench.sweeps.Script(module="pkg/train.py"), ["module: 'pkg/train.py' is not a module name"]),
+    (workbench.sweeps.Fn(_train), ["_train takes no argument 'momentum'"]),
+    ("train.py", ["payload: 'train.py' is a path; a script is payload=workbench.sweeps.Script('train.py'"]),
+    (3, ["payload: 3 is not something a sweep runs"]),
+])
+def test_what_is_swept_is_one_argument_and_a_bad_one_is_one_line(tmp_path, monkeypatch, payload, words):
+    """payload= is a task factory, Fn(fn, *args) or Script(path, *args): checked before anything is made."""
+    pytest.importorskip("optuna")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("import workbench\n")
+    space = {"fn.momentum": [0.9]} if isinstance(payload, workbench.sweeps.Fn) else (
+        {"args.lr": [1e-3]} if isinstance(payload, workbench.sweeps.Script) else {"train.lr": [1e-3]})
+    with pytest.raises(ConfigError) as err:
+        workbench.sweep(_cfg(tmp_path), space, payload=payload)
+    assert len(err.value.problems) == 1, err.value.problems
+    for word in words:
+        assert word in str(err.value), str(err.value)
+    assert not list((tmp_path / "runs").glob("*")) if (tmp_path / "runs").exists() else True
+
+
+def test_the_old_keywords_still_sweep_the_same_payload_with_a_deprecation_warning():
+    from workbench.sweeps.payload import Fn, Script, from_old_names, unpack
+
+    with pytest.warns(DeprecationWarning, match="pass what is swept as payload="):
+        assert from_old_names(None, {"fn": _train, "fn_args": (5,)}) == Fn(_train, 5)
+    with pytest.warns(DeprecationWarning):
+        assert from_old_names(None, {"script": "train.py", "script_args": ["--epochs", "1"]}) == \
+            Script.of("train.py", ["--epochs", "1"], None)
+    with pytest.warns(DeprecationWarning):
+        assert from_old_names(None, {"task": _factory}) is _factory
+    assert from_old_names(_factory, {}) is _factory  # no old keyword: no warning
+    with pytest.raises(ConfigError, match="payload: given with fn=; give payload= alone"):
+        from_old_names(_factory, {"fn": _train})
+    with pytest.raises(TypeError, match="unexpected keyword argument 'trails'"):
+        from_old_names(None, {"trails": 3})
+    assert unpack(Script(module="pkg.train"))["module"] == "pkg.train"
+    assert unpack(Fn(_train, 1, 2))["fn_args"] == (1, 2) and unpack(_factory)["task"] is _factory

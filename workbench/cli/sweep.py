@@ -83,6 +83,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def _start(args: argparse.Namespace) -> tuple[Any, Any]:
     from workbench.sweeps.driver import Sweep, sweep
+    from workbench.sweeps.payload import Script
     from workbench.sweeps.space import parse_assignments
 
     script_args = _script_args(args)
@@ -108,7 +109,8 @@ def _start(args: argparse.Namespace) -> tuple[Any, Any]:
         started = sweep(cfg, space, trials=args.trials, parallel=args.parallel, metric=args.metric,
                         direction=args.direction, pruner=args.prune, pool=pool,
                         executor=None if executor in (None, "pool") else executor, name=args.name,
-                        script=args.script, script_args=script_args, module=args.module, background=False,
+                        payload=Script(args.script, *script_args, module=args.module)
+                        if args.script or args.module or script_args else None, background=False,
                         stop_with_caller=True, on_event=_line)
     except BaseException:
         _close(pool)

@@ -1,14 +1,16 @@
 """Sweeps: search a config space with DDP trials, each an ordinary run, from the submitting process.
 
 The public names: `loguniform(1e-4, 1e-2)`, `uniform`, `choice`, `int_range` for a sampled field;
-`sweep(cfg, space, ...)` (also `workbench.sweep`) starts one; `Sweep` (also `workbench.Sweep`;
-`Sweep.load(folder)` reopens one); `list_sweeps(root)` lists them.  Optuna comes with the `sweep`
-extra: pip install "workbench[sweep]".
+`sweep(cfg, space, payload=..., ...)` (also `workbench.sweep`) starts one, `payload` saying what each
+trial runs (None: the engine on cfg; a task factory; `Fn(fn, *args)`; `Script(path, *args)`);
+`Sweep` (also `workbench.Sweep`; `Sweep.load(folder)` reopens one); `list_sweeps(root)` lists them.
+Optuna comes with the `sweep` extra: pip install "workbench[sweep]".
 
 The package sits above workbench.launch (a trial is a run submitted as any other) and below the
 front doors (workbench.ui's sweep form and view, `workbench sweep`):
 
     driver.py   Sweep and sweep(): Optuna's ask and tell, one run per trial
+    payload.py  what a trial runs, as one argument: a task factory, Fn, Script
     array.py    on SLURM: the trials as the elements of job arrays, bound late
     space.py    the space: lists, distributions, fields checked against the config
     script.py   a swept script's arguments (args.* fields)
@@ -25,9 +27,11 @@ import types
 import warnings
 from typing import TYPE_CHECKING, Any
 
+from workbench.sweeps.payload import Fn, Script
 from workbench.sweeps.space import Distribution, choice, int_range, loguniform, uniform
 
-__all__ = ["Distribution", "Sweep", "choice", "int_range", "list_sweeps", "loguniform", "sweep", "uniform"]
+__all__ = ["Distribution", "Fn", "Script", "Sweep", "choice", "int_range", "list_sweeps", "loguniform", "sweep",
+           "uniform"]
 
 if TYPE_CHECKING:
     from workbench.sweeps.driver import Sweep, sweep

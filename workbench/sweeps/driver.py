@@ -34,6 +34,7 @@ from workbench.runfolder.layout import RunDir, SweepDir, safe_name
 from workbench.runfolder.private import write_atomic
 from workbench.sweeps import space as sp
 from workbench.sweeps.array import SlurmArrays, slurm_space_problems
+from workbench.sweeps.payload import from_old_names, unpack
 from workbench.sweeps.script import SweptScript
 from workbench.sweeps.study import (
     default_pruner,
@@ -72,23 +73,27 @@ class Best:
         return self.run.config
 
 
-def sweep(cfg: JobConfig, space: Mapping[str, Any], *, trials: int | None = None, parallel: int = 1,
-          metric: str = "val_loss", direction: str = "minimize", sampler: Any = None, pruner: Any = None,
-          pool: Pool | None = None, executor: str | None = None, name: str | None = None,
-          task: Callable[..., Any] | None = None, fn: Callable[..., Any] | None = None, fn_args: tuple[Any, ...] = (),
-          script: str | Path | None = None, script_args: Sequence[str] = (), module: str | None = None,
+def sweep(cfg: JobConfig, space: Mapping[str, Any], *, payload: Any = None, trials: int | None = None,
+          parallel: int = 1, metric: str = "val_loss", direction: str = "minimize", sampler: Any = None,
+          pruner: Any = None, pool: Pool | None = None, executor: str | None = None, name: str | None = None,
           background: bool = True, stop_with_caller: bool = False,
-          on_event: Callable[[str], None] | None = None) -> Sweep:
+          on_event: Callable[[str], None] | None = None, **old_names: Any) -> Sweep:
     """Search `space` ({field: [values]} for a grid, {field: workbench.sweeps.loguniform(a, b)} for a
     sampled range) with one run per trial and return the Sweep at once (its driver runs in a thread;
     `background=False`: the caller drives it with `wait()`).  `metric` is an eval metric (val_loss,
-    val_<name>) or a logged one (loss), reported to the pruner at each eval or logged step.  `task`
-    sweeps a task factory (fields task.options.*), `fn` a function run by submit_fn (fields fn.*),
-    `script` a torchrun-style script run as submit_script runs it (or `module`, as python -m), with
-    `script_args` (fields args.*: args.lr is --lr VALUE; the script logs its metric with workbench.log).
+    val_<name>) or a logged one (loss), reported to the pruner at each eval or logged step.
+    `payload` is what each trial runs (workbench.sweeps.payload): None, the engine on cfg; a task
+    factory (fields task.options.*); `Fn(fn, *args)`, a function run as submit_fn runs it (fields
+    fn.*); `Script("train.py", *args)` or `Script(module="pkg.train")`, a torchrun-style script run as
+    submit_script runs it (fields args.*: args.lr is --lr=VALUE, or the style of the base argument it
+    replaces; the script logs its metric with workbench.log).  The keywords task=, fn=, fn_args=,
+    script=, script_args= and module= still work, deprecated.
     `pruner`: "median", "percentile", "hyperband", "none" or an Optuna pruner; by default none for a
     grid (every point runs to its end) and "median" for a sampled search (a trial worse than the
     median of the finished trials at the same step stops, once study.STARTUP_TRIALS have finished)."""
+    parts = unpack(from_old_names(payload, old_names))
+    task, fn, fn_args = parts["task"], parts["fn"], parts["fn_args"]
+    script, script_args, module = parts["script"], parts["script_args"], parts["module"]
     optuna = optuna_module()
     space = sp.normalised(space)
     cfg = cfg.replace(launch__executor=executor) if executor else cfg
@@ -121,8 +126,8 @@ def _swept_script(script: str | Path | None, module: str | None, script_args: Se
                   fn: Any) -> SweptScript | None:
     if script is None and module is None:
         if script_args:
-            raise ConfigError([f"script_args: {list(script_args)!r} given without script=; pass the script they are "
-                               "for (script='train.py'), or leave them out"])
+            raise ConfigError([f"payload: Script() has arguments {list(script_args)!r} but no script; pass the script "
+                               "they are for (workbench.sweeps.Script('train.py', ...)), or module="])
         return None
     sp.check_kind({}, task=task, fn=fn, script=script or module)  # one thing swept, before the script is looked for
     return SweptScript.given(script, script_args, module)

@@ -1,4 +1,4 @@
-"""A script swept by `workbench.sweep(cfg, space, script="train.py", script_args=[...])` (or a module,
+"""A script swept by `workbench.sweep(cfg, space, payload=Script("train.py", *args))` (or a module,
 `module="package.train"`, as python -m runs it): each trial runs it as `workbench.submit_script` /
 `workbench launch` does (torchrun's environment on every rank),
 with its args.* fields written into the base arguments in their style (sweeps.space.script_argv).

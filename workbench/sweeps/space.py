@@ -3,8 +3,8 @@ the config before any trial starts.  Plain Python (no Optuna): the sampler reads
 `suggest`, the CLI through `parse_assignment`.
 
 Fields are config paths ("train.lr", "dist.procs_per_node", "task.options.hidden") or, for a swept
-function (`workbench.sweep(cfg, space, fn=train)`), "fn.<keyword>", and for a swept script
-(`workbench.sweep(cfg, space, script="train.py")`), "args.<name>": its option --<name>.  What is
+function (`workbench.sweep(cfg, space, payload=Fn(train))`), "fn.<keyword>", and for a swept script
+(`workbench.sweep(cfg, space, payload=Script("train.py"))`), "args.<name>": its option --<name>.  What is
 swept (the engine's config, a task factory, a function or a script) decides which fields mean
 something: `check_kind` refuses the others before any trial starts."""
 
@@ -270,7 +270,8 @@ def check_kind(space: Mapping[str, Any], *, fn: Any = None, task: Any = None, sc
     given = [name for name, value in (("task", task), ("fn", fn), ("script", script)) if value is not None]
     if len(given) > 1:
         raise ConfigError([f"sweep: {' and '.join(g + '=' for g in given)} given; sweep one thing: a task factory "
-                           "(task=), a function (fn=) or a script (script=)"])
+                           "(payload=factory), a function (payload=Fn(fn, ...)) or a script "
+                           "(payload=Script(path, ...))"])
     kind = given[0] if given else "config"
     problems = [p for p in (_kind_problem(f, kind) for f in space) if p]
     if problems:
@@ -283,11 +284,12 @@ def _kind_problem(field: str, kind: str) -> str | None:
     if section == "fn" and kind != "fn":
         return f"space[{field!r}]: fn.* fields are a swept function's arguments; " + (
             f"this sweep runs a script: sweep 'args.{name}' (--{name}) instead" if kind == "script" else
-            "pass fn= to workbench.sweep, or sweep a config field")
+            "pass payload=workbench.sweeps.Fn(fn) to workbench.sweep, or sweep a config field")
     if section == "args" and kind != "script":
         return f"space[{field!r}]: args.* fields are a swept script's options (--{name}); " + (
             f"this sweep runs a function: sweep 'fn.{name}' instead" if kind == "fn" else
-            "pass script='train.py' to workbench.sweep (workbench sweep --script train.py), or sweep a config field")
+            "pass payload=workbench.sweeps.Script('train.py') to workbench.sweep (workbench sweep --script train.py), "
+            "or sweep a config field")
     if kind in ("fn", "script") and section in ENGINE_SECTIONS:
         own = f"'fn.{name}'" if kind == "fn" else f"'args.{name}' (--{name})"
         return (f"space[{field!r}]: a {'function' if kind == 'fn' else 'script'} does not read the {section} section "

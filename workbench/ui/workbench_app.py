@@ -194,6 +194,8 @@ class Workbench:
         import workbench
 
         def start() -> Sweep:
+            from workbench.sweeps.payload import Fn
+
             cfg, space = self.form.config, self.form.space
             options, problems = self._sweep_options()
             if not space:
@@ -202,7 +204,7 @@ class Workbench:
                 raise ConfigError(problems)
             return workbench.sweep(cfg, space, trials=options.trials, parallel=options.parallel,
                                    metric=options.metric, pool=self._warm_pool(cfg) if self.keep_warm.value else None,
-                                   task=self.task, fn=self._swept_fn, fn_args=self.fn_args)
+                                   payload=Fn(self._swept_fn, *self.fn_args) if self._swept_fn else self.task)
 
         sweep = self._shown_in_form(start, "sweep not started", "the form has problems", "sweep failed")
         if sweep is not None:
