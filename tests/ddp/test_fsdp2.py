@@ -12,7 +12,7 @@ import torch
 
 import workbench
 from tests.support.lifecycle import assert_nothing_left
-from tests.support.tasks_for_tests import failing_at
+from tests.support.tasks_for_tests import failing_at, reading_its_data
 from workbench.config import JobConfig
 from workbench.engine.builtin_tasks import synthetic_classification
 
@@ -62,8 +62,8 @@ def test_fsdp2_trains_the_same_losses_as_ddp(tmp_path, task, ranks):
     options = SYNTHETIC if task == "synthetic" else CHARLM
     runs = {}
     for strategy in ("ddp", "fsdp2"):
-        run = workbench.submit(_cfg(tmp_path, strategy, ranks, task, options, max_steps=100, epochs=10, eval_every_steps=50,
-                                    checkpoint_every_steps=50, schedule="constant", lr=1e-3))
+        run = workbench.submit(_cfg(tmp_path, strategy, ranks, task, options, max_steps=100, epochs=10,
+                                    eval_every_steps=50, checkpoint_every_steps=50, schedule="constant", lr=1e-3))
         assert run.wait(timeout=280).state == "finished", run.exception()
         runs[strategy] = run
     assert len(_losses(runs["fsdp2"])) == 100
@@ -129,11 +129,12 @@ def test_checkpoints_of_either_kind_resume_under_the_other_strategy_skipping_a_d
     assert_nothing_left(again.folder)
 
 
-def test_fsdp_units_naming_a_class_the_model_lacks_is_one_line_listing_the_ones_it_has(tmp_path):
+def test_fsdp_units_a_factory_cannot_show_at_submit_are_one_line_from_the_ranks(tmp_path):
+    """A bad name is refused at submit where the model can be built on the meta device (tests/unit,
+    tests/process); a factory that reads its tensors' values cannot be, so the ranks say it."""
     cfg = _cfg(tmp_path, "fsdp2").with_overrides(["dist.fsdp_units=[Block]"])
-    run = workbench.submit(cfg)
+    run = workbench.submit(cfg, task=functools.partial(reading_its_data, **SYNTHETIC))
     assert run.wait(timeout=240).state == "failed"
     message = str(run.exception())
-    assert "dist.fsdp_units: the model has no Block; its module classes are" in message
-    assert "Linear" in message and "Sequential" in message
+    assert "the model has no Block; its module classes are Dropout, Linear, ReLU, Sequential" in message
     assert_nothing_left(run.folder)
