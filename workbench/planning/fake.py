@@ -6,7 +6,9 @@ Two ways, by what the caller needs of the tensors:
                      step can be traced through; torch's first fake operation in a process imports
                      torch._dynamo, 8-20 s on this project's loaded 2-core machine
     model_classes()  the model's module classes only: built under the meta device (no storage, no
-                     step), a fraction of a second, so submit can afford it
+                     step); most ops have C++ meta kernels, so a model builds in a fraction of a second,
+                     unless one of its ops' meta kernels is Python (torch.triu in charlm's causal mask),
+                     which costs the same first import
 """
 
 from __future__ import annotations
