@@ -138,3 +138,29 @@ def test_fsdp_units_a_factory_cannot_show_at_submit_are_one_line_from_the_ranks(
     message = str(run.exception())
     assert "the model has no Block; its module classes are Dropout, Linear, ReLU, Sequential" in message
     assert_nothing_left(run.folder)
+
+
+@pytest.mark.timeout(600)  # two 2-rank runs one after the other: 184 s at load 8.5 on 2 cores
+def test_a_sweep_over_the_strategy_runs_both_trials_to_the_end_and_its_views_show_both(tmp_path):
+    """A real local sweep whose grid is dist.strategy (the form's and --grid's way of writing it are in
+    tests/unit/test_fsdp2_units.py): each trial an ordinary run under its own strategy."""
+    from workbench.ui.sweepview import SweepView
+
+    base = _cfg(tmp_path, max_steps=10, eval_every_steps=5, checkpoint_every_steps=10)
+    sweep = workbench.sweep(base, {"dist.strategy": ["ddp", "fsdp2"]}, pruner="none").wait(timeout=560)
+    frame = sweep.frame().sort_values("number")
+    assert sorted(frame["dist.strategy"]) == ["ddp", "fsdp2"] and set(frame["state"]) == {"finished"}, sweep.events
+    assert (frame["steps"] == 10).all() and frame["val_loss_best"].notna().all()
+    runs = {row["dist.strategy"]: workbench.Run.load(row["run"]) for _, row in frame.iterrows()}
+    for strategy, run in runs.items():
+        assert run.events().query("event == 'start' and rank == 0")["strategy"].iloc[0] == strategy
+    assert (runs["fsdp2"].folder / "checkpoints" / "step-00000010" / ".metadata").is_file()  # sharded: its own kind
+    assert _relative(_losses(runs["ddp"]), _losses(runs["fsdp2"])) <= 1e-5
+    view = SweepView(sweep, start=False)  # the sweep's view in the notebook: one row a trial
+    assert view.table.value.count(">finished<") == 2 and ">fsdp2<" in view.table.value and ">ddp<" in view.table.value
+    assert "done · 2/2 trials" in view.title.value
+    diff = workbench.config_diff(sweep.runs)  # what compare() draws under its curves
+    assert sorted(diff.loc["dist.strategy"]) == ["ddp", "fsdp2"]
+    workbench.compare(sweep.runs)
+    for run in runs.values():
+        assert_nothing_left(run.folder)

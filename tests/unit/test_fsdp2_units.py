@@ -169,4 +169,22 @@ def test_the_form_offers_the_strategy_and_its_units_like_any_other_field():
     form.rows["dist.strategy"].widget.value = "fsdp2"
     form.rows["dist.fsdp_units"].widget.value = "[Block, MLP]"
     assert form.config.dist.strategy == "fsdp2" and form.config.dist.fsdp_units == ["Block", "MLP"]
-    assert JobConfig().with_overrides(["dist.strategy=fsdp2"]).dist.strategy == "fsdp2"  # --set, a sweep field
+    assert JobConfig().with_overrides(["dist.strategy=fsdp2"]).dist.strategy == "fsdp2"  # --set
+    assert JobConfig.from_yaml("dist: {strategy: fsdp2}").dist.strategy == "fsdp2"  # YAML text
+
+
+def test_the_strategy_is_a_sweep_field_in_the_form_and_on_the_command_line():
+    """The real sweep over it runs in tests/ddp/test_fsdp2.py."""
+    from workbench.sweeps.space import parse_assignment
+    from workbench.ui.form import ConfigForm
+
+    form = ConfigForm(JobConfig())
+    row = form.rows["dist.strategy"]
+    row.several.value = True
+    row.values.value = "ddp, fsdp2"
+    assert form.problems == [] and form.space == {"dist.strategy": ["ddp", "fsdp2"]}
+    assert form.config.dist.strategy == "ddp"  # the first point
+    row.values.value = "ddp, fsdp3"
+    assert form.problems == ["dist.strategy: unknown value 'fsdp3'; choose one of ddp, fsdp2 (one of the swept "
+                             "values)"]
+    assert parse_assignment("dist.strategy=ddp,fsdp2") == ("dist.strategy", ["ddp", "fsdp2"])  # --grid
