@@ -164,3 +164,25 @@ def test_a_sweep_over_the_strategy_runs_both_trials_to_the_end_and_its_views_sho
     workbench.compare(sweep.runs)
     for run in runs.values():
         assert_nothing_left(run.folder)
+
+
+@pytest.mark.timeout(600)
+def test_fp16_with_its_grad_scaler_trains_under_fsdp2_on_cpu_as_under_ddp(tmp_path):
+    """fp16 autocast and torch.amp.GradScaler("cpu"), under both strategies; fsdp2 also gathers fp16
+    parameters (MixedPrecisionPolicy) where ddp autocasts from fp32 ones, so the two agree to fp16's
+    precision, not to fp32's.  The scaler's state is checkpointed and resumed like the rest."""
+    runs = {}
+    for strategy in ("ddp", "fsdp2"):
+        run = workbench.submit(_cfg(tmp_path, strategy, max_steps=30, checkpoint_every_steps=15, precision="fp16"))
+        assert run.wait(timeout=280).state == "finished", run.exception()
+        runs[strategy] = run
+    losses = {s: _losses(r) for s, r in runs.items()}
+    assert len(losses["fsdp2"]) == 30 and losses["fsdp2"].notna().all()
+    worst = _relative(losses["ddp"], losses["fsdp2"])
+    print(f"\nfp16: fsdp2 vs ddp, synthetic at 2 ranks, 30 steps: max relative loss difference {worst:.3g}")
+    assert worst <= 1e-2
+    assert losses["fsdp2"].iloc[-5:].mean() < losses["fsdp2"].iloc[:5].mean()  # it trains
+    state = torch.load(runs["fsdp2"].folder / "checkpoints" / "step-00000030" / "trainer.pt", weights_only=True)
+    assert state["scaler"]["scale"] > 0  # GradScaler's own state, with the schedule and the step
+    for run in runs.values():
+        assert_nothing_left(run.folder)
