@@ -135,10 +135,10 @@ def task_problems(cfg: JobConfig) -> list[str]:
 
 
 def model_problems(cfg: JobConfig, task: Callable[..., Any] | None = None) -> list[str]:
-    """dist.fsdp_units against the module classes of the model the task builds, on fake tensors
-    (planning.fake: nothing allocated).  Only for fsdp2 with units named: for anything else the
-    model is not built here.  A factory that cannot be built on fake tensors is left to the ranks,
-    which check the same thing (engine.strategy.pick_units) on the real model."""
+    """dist.fsdp_units against the module classes of the model the task builds on the meta device
+    (planning.fake.model_classes: nothing allocated).  Only for fsdp2 with units named: for anything
+    else the model is not built here.  A factory that cannot be built so is left to the ranks, which
+    check the same thing (engine.strategy.pick_units) on the real model."""
     if cfg.dist.strategy != "fsdp2" or not cfg.dist.fsdp_units:
         return []
     if task is None and cfg.task.name.startswith("<"):  # a script's or a function's own code holds its model
