@@ -93,6 +93,9 @@ def test_fsdp_units_are_checked_at_submit_against_the_model_built_without_alloca
     with pytest.raises(ConfigError) as raised:  # the default path: nothing starts (this layer forbids processes)
         workbench.submit(cfg, task=blocks_task)
     assert str(raised.value) == NO_NOPE
+    with pytest.raises(ConfigError) as raised:  # a sweep of that factory: once, before its folder is made
+        workbench.sweep(cfg, {"train.lr": [1e-3, 2e-3]}, task=blocks_task)
+    assert str(raised.value) == NO_NOPE
     assert not (tmp_path / "runs").exists()
 
 
