@@ -78,6 +78,7 @@ NO_NOPE = ("dist.fsdp_units: the model has no Nope; its module classes are Block
            "those, or leave it empty for its repeated blocks")
 
 
+@pytest.mark.timeout(180)  # charlm's meta build imports torch._dynamo once (torch.triu): 30 s seen at load 14
 def test_fsdp_units_are_checked_at_submit_against_the_model_built_without_allocating(tmp_path):
     assert model_problems(_fsdp2("Block"), blocks_task) == []
     assert model_problems(_fsdp2("Nope", "Block"), blocks_task) == [NO_NOPE]
