@@ -12,7 +12,7 @@ import torch
 
 import workbench
 from tests.support.lifecycle import assert_nothing_left
-from tests.support.tasks_for_tests import failing_at
+from tests.support.tasks_for_tests import failing_at, reading_its_data
 from workbench.config import JobConfig
 from workbench.engine.builtin_tasks import synthetic_classification
 
@@ -52,17 +52,24 @@ def unbroken(tmp_path_factory: pytest.TempPathFactory) -> workbench.Run:
     return run
 
 
-@pytest.mark.parametrize(("task", "ranks"), [("synthetic", 4), ("charlm", 2)])
+CHARLM = {"n_layer": 2, "d_model": 16, "block_size": 16}  # two blocks, the repeated ones the units; tiny for 4 ranks
+
+
+@pytest.mark.timeout(600)  # two 100-step runs; about 110 s for both at 4 ranks on 2 cores at load 15
+@pytest.mark.parametrize("ranks", [2, 4])
+@pytest.mark.parametrize("task", ["synthetic", "charlm"])
 def test_fsdp2_trains_the_same_losses_as_ddp(tmp_path, task, ranks):
-    options = SYNTHETIC if task == "synthetic" else {"n_layer": 2}  # two blocks: the repeated ones are the units
+    options = SYNTHETIC if task == "synthetic" else CHARLM
     runs = {}
     for strategy in ("ddp", "fsdp2"):
-        run = workbench.submit(_cfg(tmp_path, strategy, ranks, task, options, max_steps=100, epochs=10, eval_every_steps=50,
-                                    checkpoint_every_steps=50, schedule="constant", lr=1e-3))
+        run = workbench.submit(_cfg(tmp_path, strategy, ranks, task, options, max_steps=100, epochs=10,
+                                    eval_every_steps=50, checkpoint_every_steps=50, schedule="constant", lr=1e-3))
         assert run.wait(timeout=280).state == "finished", run.exception()
         runs[strategy] = run
     assert len(_losses(runs["fsdp2"])) == 100
-    assert _relative(_losses(runs["ddp"]), _losses(runs["fsdp2"])) <= 1e-5
+    worst = _relative(_losses(runs["ddp"]), _losses(runs["fsdp2"]))
+    print(f"\nfsdp2 vs ddp, {task} at {ranks} ranks, 100 steps: max relative loss difference {worst:.3g}")
+    assert worst <= 1e-5
     evals = {s: r.events().query("event == 'eval' and rank == 0")["val_loss"].tolist() for s, r in runs.items()}
     assert evals["fsdp2"] == pytest.approx(evals["ddp"], rel=1e-5)
     fsdp2 = runs["fsdp2"]
@@ -122,11 +129,60 @@ def test_checkpoints_of_either_kind_resume_under_the_other_strategy_skipping_a_d
     assert_nothing_left(again.folder)
 
 
-def test_fsdp_units_naming_a_class_the_model_lacks_is_one_line_listing_the_ones_it_has(tmp_path):
+def test_fsdp_units_a_factory_cannot_show_at_submit_are_one_line_from_the_ranks(tmp_path):
+    """A bad name is refused at submit where the model can be built on the meta device (tests/unit,
+    tests/process); a factory that reads its tensors' values cannot be, so the ranks say it."""
     cfg = _cfg(tmp_path, "fsdp2").with_overrides(["dist.fsdp_units=[Block]"])
-    run = workbench.submit(cfg)
+    run = workbench.submit(cfg, task=functools.partial(reading_its_data, **SYNTHETIC))
     assert run.wait(timeout=240).state == "failed"
     message = str(run.exception())
-    assert "dist.fsdp_units: the model has no Block; its module classes are" in message
-    assert "Linear" in message and "Sequential" in message
+    assert "the model has no Block; its module classes are Dropout, Linear, ReLU, Sequential" in message
     assert_nothing_left(run.folder)
+
+
+@pytest.mark.timeout(600)  # two 2-rank runs one after the other: 184 s at load 8.5 on 2 cores
+def test_a_sweep_over_the_strategy_runs_both_trials_to_the_end_and_its_views_show_both(tmp_path):
+    """A real local sweep whose grid is dist.strategy (the form's and --grid's way of writing it are in
+    tests/unit/test_fsdp2_units.py): each trial an ordinary run under its own strategy."""
+    from workbench.ui.sweepview import SweepView
+
+    base = _cfg(tmp_path, max_steps=10, eval_every_steps=5, checkpoint_every_steps=10)
+    sweep = workbench.sweep(base, {"dist.strategy": ["ddp", "fsdp2"]}, pruner="none").wait(timeout=560)
+    frame = sweep.frame().sort_values("number")
+    assert sorted(frame["dist.strategy"]) == ["ddp", "fsdp2"] and set(frame["state"]) == {"finished"}, sweep.events
+    assert (frame["steps"] == 10).all() and frame["val_loss_best"].notna().all()
+    runs = {row["dist.strategy"]: workbench.Run.load(row["run"]) for _, row in frame.iterrows()}
+    for strategy, run in runs.items():
+        assert run.events().query("event == 'start' and rank == 0")["strategy"].iloc[0] == strategy
+    assert (runs["fsdp2"].folder / "checkpoints" / "step-00000010" / ".metadata").is_file()  # sharded: its own kind
+    assert _relative(_losses(runs["ddp"]), _losses(runs["fsdp2"])) <= 1e-5
+    view = SweepView(sweep, start=False)  # the sweep's view in the notebook: one row a trial
+    assert view.table.value.count(">finished<") == 2 and ">fsdp2<" in view.table.value and ">ddp<" in view.table.value
+    assert "done · 2/2 trials" in view.title.value
+    diff = workbench.config_diff(sweep.runs)  # what compare() draws under its curves
+    assert sorted(diff.loc["dist.strategy"]) == ["ddp", "fsdp2"]
+    workbench.compare(sweep.runs)
+    for run in runs.values():
+        assert_nothing_left(run.folder)
+
+
+@pytest.mark.timeout(600)
+def test_fp16_with_its_grad_scaler_trains_under_fsdp2_on_cpu_as_under_ddp(tmp_path):
+    """fp16 autocast and torch.amp.GradScaler("cpu"), under both strategies; fsdp2 also gathers fp16
+    parameters (MixedPrecisionPolicy) where ddp autocasts from fp32 ones, so the two agree to fp16's
+    precision, not to fp32's.  The scaler's state is checkpointed and resumed like the rest."""
+    runs = {}
+    for strategy in ("ddp", "fsdp2"):
+        run = workbench.submit(_cfg(tmp_path, strategy, max_steps=30, checkpoint_every_steps=15, precision="fp16"))
+        assert run.wait(timeout=280).state == "finished", run.exception()
+        runs[strategy] = run
+    losses = {s: _losses(r) for s, r in runs.items()}
+    assert len(losses["fsdp2"]) == 30 and losses["fsdp2"].notna().all()
+    worst = _relative(losses["ddp"], losses["fsdp2"])
+    print(f"\nfp16: fsdp2 vs ddp, synthetic at 2 ranks, 30 steps: max relative loss difference {worst:.3g}")
+    assert worst <= 1e-2
+    assert losses["fsdp2"].iloc[-5:].mean() < losses["fsdp2"].iloc[:5].mean()  # it trains
+    state = torch.load(runs["fsdp2"].folder / "checkpoints" / "step-00000030" / "trainer.pt", weights_only=True)
+    assert state["scaler"]["scale"] > 0  # GradScaler's own state, with the schedule and the step
+    for run in runs.values():
+        assert_nothing_left(run.folder)

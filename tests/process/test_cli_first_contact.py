@@ -49,3 +49,15 @@ def test_set_and_executor_are_validated_together(tmp_path):
                                 PATH=no_slurm))
     assert line == ("workbench: launch.executor: slurm needs sbatch and sinfo on PATH; run from a cluster login node "
                     "or use executor: local")  # not "dist.nodes: local runs use one machine"
+
+
+def test_run_with_fsdp_units_the_model_lacks_is_one_line_before_anything_starts(tmp_path):
+    """The built-in task from YAML and --set: the model is built on the meta device at submit, nothing starts."""
+    line = _one_line(_workbench(["run", QUICKSTART, "--set", "dist.strategy=fsdp2", "--set", "dist.fsdp_units=[Nope]",
+                                 "--set", f"launch.run_root={tmp_path / 'runs'}"], tmp_path))
+    assert line == ("workbench: dist.fsdp_units: the model has no Nope; its module classes are Dropout, Linear, ReLU, "
+                    "Sequential; list some of those, or leave it empty for its repeated blocks")
+    assert not (tmp_path / "runs").exists(), "a run folder was made before the model was checked"
+    checked = _workbench(["check", QUICKSTART, "--set", "dist.strategy=fsdp2", "--set", "dist.fsdp_units=[Nope]"],
+                         tmp_path)
+    assert _one_line(checked) == line

@@ -216,10 +216,10 @@ def test_section_given_a_scalar():
     assert err.fields() == ["train"]
 
 
-def test_fp16_on_cpu():
+def test_fp16_runs_on_cpu_too():
+    """torch.amp.GradScaler("cpu") and CPU fp16 autocast (torch >= 2.3): real runs in tests/ddp/test_fsdp2.py."""
     cfg = JobConfig.from_dict({"train": {"precision": "fp16"}})
-    assert fields_of(cfg.problems(gpus=0)) == ["train.precision"]
-    assert cfg.problems(gpus=2) == []
+    assert cfg.problems(gpus=0) == [] and cfg.problems(gpus=2) == []
 
 
 @pytest.mark.parametrize("bad", ["abc", "1h", "1:2:3:4", "00:00:00", ""])
@@ -279,7 +279,7 @@ def test_several_validation_problems_are_reported_at_once():
         "launch": {"time_limit": "soon", "slurm": {"mem": "lots"}},
         "task": {"name": "nosuchmodule:f"},
     }))
-    # Construction reports every value problem; the target's (fp16, nccl, the task) wait for problems().
+    # Construction reports every value problem; the target's (nccl, the task) wait for problems().
     assert set(err.fields()) == {
         "train.micro_batch_size", "train.lr", "data.prefetch_factor", "dist.nodes", "launch.time_limit",
         "launch.slurm.mem",
@@ -293,7 +293,7 @@ def test_several_target_problems_are_reported_at_once():
         "train": {"precision": "fp16"}, "dist": {"backend": "nccl"}, "task": {"name": "nosuchmodule:f"},
     })
     err = error_of(lambda: cfg.check(gpus=0))
-    assert set(err.fields()) == {"train.precision", "dist.backend", "task.name"}
+    assert set(err.fields()) == {"dist.backend", "task.name"}
     assert fields_of(cfg.problems(gpus=2)) == ["task.name"]  # GPUs there: only the task is left
 
 

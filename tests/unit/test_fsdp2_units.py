@@ -4,17 +4,20 @@
 from __future__ import annotations
 
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 from torch.utils.data import DistributedSampler
 
+import workbench
 from workbench.config import JobConfig
 from workbench.config.scaling import resize
 from workbench.engine.builtin_tasks import char_lm, synthetic_classification
 from workbench.engine.data import ResumableSampler
 from workbench.engine.strategy import pick_units
 from workbench.errors import ConfigError
+from workbench.launch.submit import model_problems
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -42,6 +45,59 @@ def test_units_named_in_the_config_must_exist_and_the_error_lists_the_ones_that_
     with pytest.raises(ConfigError, match=r"dist.fsdp_units: the model has no Block; its module classes are .*"
                                           r"TransformerEncoderLayer"):
         pick_units(lm, ["Block"])
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.mlp = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.mlp(x)
+
+
+def blocks_task(n_blocks: int = 2) -> dict:
+    """A factory in the submitting file (the shape `workbench.submit(cfg, task=f)` from a script)."""
+    return {"model": nn.Sequential(*(Block() for _ in range(n_blocks))),
+            "train_dataset": torch.utils.data.TensorDataset(torch.randn(16, 8), torch.randn(16, 8)),
+            "loss_fn": nn.functional.mse_loss}
+
+
+def reads_its_data_task() -> dict:
+    """A factory that looks at a tensor's value: it cannot be built on the meta device."""
+    if torch.randn(1).item() > 10:
+        raise AssertionError("unreachable")
+    return blocks_task()
+
+
+def _fsdp2(*units: str, task: str = "synthetic") -> JobConfig:
+    return JobConfig.from_dict({"task": {"name": task}, "dist": {"strategy": "fsdp2", "fsdp_units": list(units)}})
+
+
+NO_NOPE = ("dist.fsdp_units: the model has no Nope; its module classes are Block, Linear, Sequential; list some of "
+           "those, or leave it empty for its repeated blocks")
+
+
+@pytest.mark.timeout(180)  # charlm's meta build imports torch._dynamo once (torch.triu): 30 s seen at load 14
+def test_fsdp_units_are_checked_at_submit_against_the_model_built_without_allocating(tmp_path):
+    assert model_problems(_fsdp2("Block"), blocks_task) == []
+    assert model_problems(_fsdp2("Nope", "Block"), blocks_task) == [NO_NOPE]
+    assert model_problems(_fsdp2("TransformerEncoderLayer", task="charlm")) == []
+    [line] = model_problems(_fsdp2("Nope", task="charlm"))  # a built-in task, by name
+    assert "the model has no Nope; its module classes are Dropout, Embedding, LayerNorm, Linear" in line
+    # The factory is not called where nothing is to be checked (ddp, or no units named) ...
+    assert model_problems(_fsdp2(), reads_its_data_task) == []
+    assert model_problems(_fsdp2("Nope").replace(dist__strategy="ddp"), reads_its_data_task) == []
+    # ... and one that cannot be built on the meta device is left to the ranks, which build it for real.
+    assert model_problems(_fsdp2("Nope"), reads_its_data_task) == []
+    cfg = _fsdp2("Nope").replace(launch__run_root=str(tmp_path / "runs"))
+    with pytest.raises(ConfigError) as raised:  # the default path: nothing starts (this layer forbids processes)
+        workbench.submit(cfg, task=blocks_task)
+    assert str(raised.value) == NO_NOPE
+    with pytest.raises(ConfigError) as raised:  # a sweep of that factory: once, before its folder is made
+        workbench.sweep(cfg, {"train.lr": [1e-3, 2e-3]}, payload=blocks_task)
+    assert str(raised.value) == NO_NOPE
+    assert not (tmp_path / "runs").exists()
 
 
 def _cfg(ranks: int, micro: int = 8, accum: int = 1, **train) -> JobConfig:
@@ -117,4 +173,22 @@ def test_the_form_offers_the_strategy_and_its_units_like_any_other_field():
     form.rows["dist.strategy"].widget.value = "fsdp2"
     form.rows["dist.fsdp_units"].widget.value = "[Block, MLP]"
     assert form.config.dist.strategy == "fsdp2" and form.config.dist.fsdp_units == ["Block", "MLP"]
-    assert JobConfig().with_overrides(["dist.strategy=fsdp2"]).dist.strategy == "fsdp2"  # --set, a sweep field
+    assert JobConfig().with_overrides(["dist.strategy=fsdp2"]).dist.strategy == "fsdp2"  # --set
+    assert JobConfig.from_yaml("dist: {strategy: fsdp2}").dist.strategy == "fsdp2"  # YAML text
+
+
+def test_the_strategy_is_a_sweep_field_in_the_form_and_on_the_command_line():
+    """The real sweep over it runs in tests/ddp/test_fsdp2.py."""
+    from workbench.sweeps.space import parse_assignment
+    from workbench.ui.form import ConfigForm
+
+    form = ConfigForm(JobConfig())
+    row = form.rows["dist.strategy"]
+    row.several.value = True
+    row.values.value = "ddp, fsdp2"
+    assert form.problems == [] and form.space == {"dist.strategy": ["ddp", "fsdp2"]}
+    assert form.config.dist.strategy == "ddp"  # the first point
+    row.values.value = "ddp, fsdp3"
+    assert form.problems == ["dist.strategy: unknown value 'fsdp3'; choose one of ddp, fsdp2 (one of the swept "
+                             "values)"]
+    assert parse_assignment("dist.strategy=ddp,fsdp2") == ("dist.strategy", ["ddp", "fsdp2"])  # --grid

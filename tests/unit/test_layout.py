@@ -83,7 +83,7 @@ LAYERS = {
     "engine": {"errors", "config", "runfolder", "proctree"},
     "integrations": {"errors", "config", "runfolder", "engine"},
     "planning": {"errors", "config", "engine"},
-    "launch": {"errors", "config", "runfolder", "proctree", "engine", "results"},
+    "launch": {"errors", "config", "runfolder", "proctree", "engine", "results", "planning"},
     "results": {"errors", "config", "runfolder"},
     "sweeps": {"errors", "config", "runfolder", "proctree", "engine", "launch", "results"},
     "cli": {"errors", "config", "runfolder", "proctree", "launch", "results", "sweeps", "planning"},

@@ -288,7 +288,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     """Every problem at once; a factory named as package.module:factory is imported (its code runs) and
     bound to task.options, as submit does."""
     from workbench.config.tasknames import BUILTINS
-    from workbench.launch.submit import task_problems
+    from workbench.launch.submit import model_problems, task_problems
 
     cfg = load_config(args)
     problems = cfg.problems()
@@ -297,6 +297,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             print(f"[workbench] importing {cfg.task.name.partition(':')[0]} to check task.name "
                   "(this runs the module's code)", flush=True)
         problems += task_problems(cfg)
+        problems += [] if problems else model_problems(cfg)
     module = cfg.task.name.partition(":")[0].split(".")[0]
     if cfg.task.name not in BUILTINS and module in {*sys.stdlib_module_names, "builtins"} and not any(
             p.startswith("task.name:") for p in problems):  # it is there, but it is not a task factory

@@ -117,7 +117,7 @@ class TrainConfig:
     grad_clip_norm: float | None = 1.0
     """Clip the global gradient norm to this value; empty disables clipping."""
     precision: Precision = "fp32"
-    """Numeric precision: fp32, bf16 autocast, or fp16 autocast with a GradScaler (CUDA only)."""
+    """Numeric precision: fp32, bf16 autocast, or fp16 autocast with a GradScaler (CUDA or CPU)."""
     seed: int = 0
     """Random seed; each rank seeds with seed + rank, data order depends on seed only."""
     log_every_steps: int = 1

@@ -12,8 +12,8 @@ section's own constructor, ``from_dict``, ``from_yaml``, ``replace``, ``with_ove
   at most MAX_NAME characters: the run folder stays inside run_root);
 - across sections: a local run uses one node (dist.nodes with launch.executor).
 
-**Target checks** (`target_problems`) depend on the machine the ranks run on: its GPU count (fp16 and
-nccl need CUDA, at most one rank per GPU, xccl/ccl need Intel XPUs), its cores (a local CPU run has at
+**Target checks** (`target_problems`) depend on the machine the ranks run on: its GPU count (nccl needs
+CUDA, at most one rank per GPU, xccl/ccl need Intel XPUs), its cores (a local CPU run has at
 most LOCAL_RANKS_PER_CORE ranks per core), whether the task's module can be imported there, and whether
 launch.run_root can be written from here (the run folder is made before anything is submitted).
 They run in ``cfg.problems()`` / ``cfg.check()``, which return value and target problems together:
@@ -85,7 +85,7 @@ def target_problems(cfg: JobConfig, gpus: int | None = None) -> list[str]:
     """Problems only the target machine can tell: its GPUs (None: detect) and the task's importability."""
     if gpus is None:
         gpus = target_gpus(cfg)
-    return (_task(cfg) + _precision(cfg, gpus) + _backend(cfg, gpus) + _ranks_per_gpu(cfg, gpus)
+    return (_task(cfg) + _backend(cfg, gpus) + _ranks_per_gpu(cfg, gpus)
             + _local_ranks_per_core(cfg, gpus) + _run_root_writable(cfg))
 
 
@@ -300,12 +300,6 @@ def _task(cfg: JobConfig) -> list[str]:
 
     problem = task_name_problem(cfg.task.name)
     return [f"task.name: {problem}"] if problem else []
-
-
-def _precision(cfg: JobConfig, gpus: int) -> list[str]:
-    if cfg.train.precision == "fp16" and gpus == 0:
-        return ["train.precision: fp16 needs CUDA (GradScaler); use bf16 or fp32 on CPU"]
-    return []
 
 
 def _backend(cfg: JobConfig, gpus: int) -> list[str]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
@@ -147,17 +147,26 @@ def pick_units(module: nn.Module, names: list[str]) -> list[tuple[str, nn.Module
     dist.fsdp_units, else the model's repeated blocks, else its large children.  A unit holding a
     parameter that is also used outside it (a tied embedding) is left to the root."""
     if names:
-        present = sorted({type(m).__name__ for m in module.modules()})
-        missing = [n for n in names if n not in present]
-        if missing:
-            raise ConfigError([f"dist.fsdp_units: the model has no {', '.join(missing)}; its module classes are "
-                               f"{', '.join(present)}; list some of those, or leave it empty for its repeated blocks"])
+        problem = units_problem({type(m).__name__ for m in module.modules()}, names)
+        if problem:
+            raise ConfigError([problem])
         chosen: list[tuple[str, nn.Module]] = [(path, m) for path, m in module.named_modules()
                                                if path and type(m).__name__ in names]
     else:
         chosen = repeated_blocks(module) or large_children(module)
     shared = _shared_outside(module)
     return [(path, m) for path, m in chosen if not any(_owns(path, fqns) for fqns in shared)]
+
+
+def units_problem(classes: Iterable[str], names: list[str]) -> str | None:
+    """What is wrong with dist.fsdp_units `names` for a model whose module classes are `classes`
+    (None: every name is one of them).  Said by the ranks and, before they start, by submit."""
+    present = sorted(set(classes))
+    missing = [n for n in names if n not in present]
+    if not missing:
+        return None
+    return (f"dist.fsdp_units: the model has no {', '.join(missing)}; its module classes are {', '.join(present)}; "
+            "list some of those, or leave it empty for its repeated blocks")
 
 
 def repeated_blocks(module: nn.Module) -> list[tuple[str, nn.Module]]:

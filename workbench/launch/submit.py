@@ -110,13 +110,14 @@ def fn_job(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
                       d.stall_after_s, lost_after_s=d.lost_after_s, on_hang=d.on_hang)
 
 
-def check_before_submit(cfg: JobConfig) -> None:
-    """What only the target can tell (GPUs, importable task, SLURM partitions): raised as ConfigError.
-    A factory named as package.module:factory is imported here (its module's code runs) and bound
-    to task.options."""
+def check_before_submit(cfg: JobConfig, task: Callable[..., Any] | None = None) -> None:
+    """What only the target can tell (GPUs, importable task, SLURM partitions, the model's classes):
+    raised as ConfigError.  A factory named as package.module:factory is imported here (its module's
+    code runs) and bound to task.options; `task` is a factory passed as an object (submit's task=)."""
     problems = cfg.problems()
     if not any(p.startswith("task.name:") for p in problems):  # else said already, without importing it
         problems += task_problems(cfg)
+        problems += [] if problems else model_problems(cfg, task)
     if cfg.launch.executor == "slurm":
         from workbench.launch.slurm_checks import slurm_problems
 
@@ -131,6 +132,24 @@ def task_problems(cfg: JobConfig) -> list[str]:
     return [problem] if problem else []
 
 
+def model_problems(cfg: JobConfig, task: Callable[..., Any] | None = None) -> list[str]:
+    """dist.fsdp_units against the module classes of the model the task builds on the meta device
+    (planning.fake.model_classes: nothing allocated).  Only for fsdp2 with units named: for anything
+    else the model is not built here.  A factory that cannot be built so is left to the ranks, which
+    check the same thing (engine.strategy.pick_units) on the real model."""
+    if cfg.dist.strategy != "fsdp2" or not cfg.dist.fsdp_units:
+        return []
+    if task is None and cfg.task.name.startswith("<"):  # a script's or a function's own code holds its model
+        return []
+    from workbench.engine.strategy import units_problem
+    from workbench.engine.tasks import resolve_factory
+    from workbench.planning.fake import model_classes
+
+    classes = model_classes(task or resolve_factory(cfg.task.name), cfg.task.options)
+    problem = units_problem(classes, cfg.dist.fsdp_units) if classes is not None else None
+    return [problem] if problem else []
+
+
 def _start(cfg: JobConfig, run_dir: str | Path | None, *, job: Any = None, from_scratch: bool = False,
            stop_with_caller: bool = False, facts: dict[str, Any] | None = None,
            launcher: Launches | None = None) -> Run:
@@ -139,7 +158,7 @@ def _start(cfg: JobConfig, run_dir: str | Path | None, *, job: Any = None, from_
     cfg.task.name."""
     launcher = launcher or FreshRanks()
     launcher.check(cfg)  # a pool's ranks first: its world size and backend are fixed
-    check_before_submit(cfg)
+    check_before_submit(cfg, job if callable(job) and not isinstance(job, (ScriptJob, FnJob)) else None)
     run = RunDir(Path(run_dir or default_run_dir(cfg)))
     existed = run.root.exists()
     with contextlib.ExitStack() as held:

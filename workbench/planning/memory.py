@@ -1,6 +1,6 @@
 """What one rank's training step holds in memory, traced on fake tensors: nothing of the model is allocated.
 
-The task's own factory builds the model and datasets under torch's FakeTensorMode, the engine's own
+The task's own factory builds the model and datasets on fake tensors (planning.fake), the engine's own
 optimizer (engine.optim) is built over it, and torch's MemTracker (torch.distributed._tools) follows two
 training steps as the engine takes them (forward under the config's autocast, backward, clipping, the
 optimizer's step with its state, zero_grad): its peak is the step's peak.  A forward pass alone gives the
@@ -118,28 +118,20 @@ def _length(dataset: Any) -> int | None:
 
 
 def _traced(cfg: JobConfig, factory: Callable[..., Any], device: str, fake: bool = True) -> StepMemory:
-    import warnings
-
     import torch
-    from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.mem_tracker import MemTracker
     from torch.utils.data import default_collate
 
     from workbench.engine.data import to_device
     from workbench.engine.optim import build_optimizer
     from workbench.engine.tasks import build_task, forward_loss
+    from workbench.planning.fake import fake_tensors
 
     micro = cfg.train.micro_batch_size
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.train.precision)
     kind = device.split(":")[0]
-    mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else None
-    with mode or contextlib.nullcontext():
-        # Not FakeCopyMode: it maps a deep copy back to the fake tensor it copies, so the layers a
-        # TransformerEncoder clones from one were one layer, counted once.  A plain deepcopy of a fake
-        # parameter is a new fake parameter; torch warns that it reads its (absent) data pointer.
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="Accessing the data pointer of FakeTensor")
-            task = build_task(factory, dict(cfg.task.options))
+    with fake_tensors() if fake else contextlib.nullcontext():
+        task = build_task(factory, dict(cfg.task.options))
         model = moved(task.model, device) if fake else task.model.to(device)
         params, grads = _weights(model)
         largest, root = unit_bytes(model, cfg.dist.fsdp_units)

@@ -103,7 +103,7 @@ def sweep(cfg: JobConfig, space: Mapping[str, Any], *, payload: Any = None, tria
     sp.check_space(cfg, space, fn, task=task, script=swept)
     points = sp.grid_points(space) if sp.is_grid(space) else []  # type: ignore[arg-type]
     first = sp.apply_params(cfg, points[0] if points else {f: _corner(v) for f, v in space.items()})
-    _check_target(first, pool, space, cfg)
+    _check_target(first, pool, space, cfg, task)
     made_sampler = make_sampler(sampler, space)  # a bad name (sampler or pruner): nothing made
     made_pruner = make_pruner(pruner, made_sampler)
     folder = SweepDir.new(cfg.launch.run_root, safe_name(name or cfg.launch.name or cfg.task.name)).create()
@@ -162,14 +162,15 @@ def _corner(values: list[Any] | sp.Distribution) -> Any:
     return values[0] if isinstance(values, list) else values.corners()[0]
 
 
-def _check_target(first: JobConfig, pool: Pool | None, space: Mapping[str, Any], cfg: JobConfig) -> None:
-    """What only the target can tell (an importable task, SLURM's partitions, a pool's world size),
-    checked once, and for a pool every world size the space can ask."""
+def _check_target(first: JobConfig, pool: Pool | None, space: Mapping[str, Any], cfg: JobConfig,
+                  task: Callable[..., Any] | None) -> None:
+    """What only the target can tell (an importable task, SLURM's partitions, the model's classes, a
+    pool's world size), checked once, and for a pool every world size the space can ask."""
     from workbench.launch.submit import check_before_submit
 
     if pool is None and slurm_space_problems(cfg, dict(space)):  # before asking the cluster anything
         raise ConfigError(slurm_space_problems(cfg, dict(space)))
-    check_before_submit(first)
+    check_before_submit(first, task)
     if pool is not None:
         lists = {f: v if isinstance(v, list) else v.corners() for f, v in space.items() if f.startswith("dist.")}
         for point in sp.grid_points(lists) if lists else [{}]:
