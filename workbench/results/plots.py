@@ -150,6 +150,8 @@ def plot_run(frame: pd.DataFrame | MetricData, panels: Sequence[str] | None = No
         for ax, panel in zip(axes, chosen):
             specs = panel_specs(panel, data, x, o, views, FOREGROUND[o.theme])
             add_artists(ax, specs)
+            if panel.from_zero:
+                ax.set_ylim(bottom=min(0.0, ax.get_ylim()[0]))
             decorate(ax, panel, specs, o, x, note_hidden=True)
         legend = figure_legend(fig, axes)
         if fixed_layout:

@@ -328,7 +328,8 @@ class LiveFigure:
             return False
         if len(self._set) != len(self.axes):
             self._set = [((np.nan, np.nan), (np.nan, np.nan))] * len(self.axes)
-        spans = [data_span(ax, artists.values()) for ax, artists in zip(self.axes, self.artists)]
+        spans = [from_zero(data_span(ax, artists.values()), panel.from_zero)
+                 for ax, artists, panel in zip(self.axes, self.artists, self.panels)]
         found = [s for s in spans if s is not None]
         if not found:
             return False
@@ -464,6 +465,14 @@ def x_limits(span: tuple[float, float], live: bool) -> tuple[float, float]:
     x0, x1 = span
     width = max(x1 - x0, 1.0)
     return x0 - 0.02 * width, x1 + (LIVE_HEADROOM if live else 0.02) * width
+
+
+def from_zero(span: Any, wanted: bool) -> Any:
+    """A panel of amounts (Panel.from_zero): its y span reaches down to 0."""
+    if not wanted or span is None:
+        return span
+    (x0, x1), (y0, y1) = span
+    return (x0, x1), (min(0.0, y0), y1)
 
 
 def y_limits(span: tuple[float, float], log_y: bool) -> tuple[float, float]:
