@@ -362,6 +362,14 @@ def test_metrics_plot_controls_hover_and_remembered_choices(tmp_path, monkeypatc
     hover = plot.hover.value
     assert "training loss · loss at elapsed time (s) 30" in hover, hover
     assert "rank 1 <b>" in hover and "reduced (all ranks) <b>" in hover and "(raw " in hover  # every series
+    ax.set_xlim(10, 20)  # a zoom: the values read were under the pointer before it (issue 29 item 10)
+    assert "<b>" not in plot.hover.value
+    plot._on_hover(Event)
+    assert "<b>" in plot.hover.value
+    plot.live.axes[0].set_xlim(*plot.live.axes[0].get_xlim())  # no change: it stays
+    assert "<b>" in plot.hover.value
+    plot.ranks.value = "0,1"  # another rank filter: so is rank 1's value
+    assert "<b>" not in plot.hover.value
     plot.smooth.value = 0.8
     plot.log_y.value = "linear"
     saved = tmp_path / "config" / "workbench" / "plot.json"
@@ -372,6 +380,24 @@ def test_metrics_plot_controls_hover_and_remembered_choices(tmp_path, monkeypatc
     assert again.ranks.value == "all" and again.log_y.value == "linear" and again.shown.value == ""
     saved.write_text("{not json")
     assert MetricsPlot(frame=sixteen_ranks(ranks=2)).opts.smooth == 0.6  # a damaged file: the defaults
+
+
+def test_the_memory_axis_starts_at_zero_so_one_mib_is_no_leak():
+    """Peak memory 500 MiB that grows by 1 MiB filled the panel's height like a leak (issue 29 item 10):
+    its axis starts at 0, in the figure drawn once and in the live one; the loss panel still fits its data."""
+    from workbench.results.plots import options, plot_run
+    from workbench.ui.render import LiveFigure
+
+    step = np.arange(1, 2001)
+    frame = pd.DataFrame({"rank": 0, "step": step, "loss": 2.0 - step / 2000, "mem_mb": 500.0 + (step > 1000)})
+    fig = plot_run(frame)
+    live = LiveFigure()
+    live.update(frame, None, options())
+    for axes in (fig.axes, live.axes):
+        memory = next(ax for ax in axes if ax.get_title(loc="left") == "peak memory (MiB)")
+        low, high = memory.get_ylim()
+        assert low <= 0 and 501 <= high < 600, (low, high)
+        assert axes[0].get_ylim()[0] > 0.5  # the loss is not drawn from zero
 
 
 def test_a_rank_filter_and_a_smoothing_stay_with_the_run_they_were_chosen_on(tmp_path, monkeypatch):
@@ -496,6 +522,32 @@ def test_one_refresh_shows_one_snapshot_progress_badges_range_and_curves_agree(t
     assert "step 1 – 1,014: all data" in dash.plot.view.value
     last = dash.plot.live.last_x()
     assert last["loss/rank 0"] == 1014 and last["loss/rank 1"] == 1010 and max(last.values()) == 1014
+
+
+def test_a_dashboard_whose_kernel_is_gone_says_so_from_the_page_alone(tmp_path, monkeypatch):
+    """After a kernel restart the old dashboard stayed at "running · ETA 0:01:28" with "0s ago" badges and a
+    live-looking Cancel (issue 29 item 3).  The page has no kernel to ask then: the note and the hidden
+    Cancel hang on the class ipywidgets gives every view of a restarting kernel (the browser test
+    restarts one)."""
+    from workbench.ui.dashboard import GONE_CSS, Dashboard, gone_html
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    run = run_folder(tmp_path, world=2, steps=50)
+    dash = Dashboard(Run.load(run.root), autostart=False)
+    assert "wb-dashboard" in dash.widget._dom_classes and "wb-cancel" in dash.cancel_button._dom_classes
+    assert dash.widget.children[1] is dash.gone  # under the progress line it freezes
+    assert "it never read the run" in dash.gone.value
+    before = time.time()
+    dash.refresh()
+    note = dash.gone.value
+    assert note.startswith(GONE_CSS) and "<div class='wb-gone'" in note
+    assert ".wb-gone{display:none}" in GONE_CSS and ".jupyter-widgets-disconnected .wb-gone{display:block}" in GONE_CSS
+    assert ".wb-dashboard.jupyter-widgets-disconnected .wb-cancel" in GONE_CSS
+    shown = [time.strftime("%H:%M:%S", time.localtime(t)) for t in (before, time.time())]
+    assert any(f"from its last refresh at {t}" in note for t in shown)
+    assert f"workbench.Run.load(&#x27;{run.root}&#x27;).dashboard()" in note
+    assert f"workbench follow {run.root}" in note and "the run itself goes on without the kernel" in note
+    assert "ends with the kernel that made the pool" in gone_html(run.root, None, pool=True)
 
 
 def test_downloads_are_served_by_the_jupyter_server_not_carried_in_the_page(tmp_path, monkeypatch):
