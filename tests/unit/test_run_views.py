@@ -400,6 +400,22 @@ def test_the_memory_axis_starts_at_zero_so_one_mib_is_no_leak():
         assert axes[0].get_ylim()[0] > 0.5  # the loss is not drawn from zero
 
 
+def test_the_live_legend_keeps_left_of_the_toolbar():
+    """ipympl's toolbar (228 px at the top right, shown while the pointer is on the figure) covered the
+    legend's last entry (issue 29 item 10): the live figure's legend ends left of it, at any width."""
+    from workbench.ui.plotview import MetricsPlot
+    from workbench.ui.render import TOOLBAR_PX
+
+    for ranks, width in ((2, 960), (16, 960), (2, 700)):
+        plot = MetricsPlot(frame=sixteen_ranks(ranks=ranks), remember=False)
+        plot.live.set_width(width)
+        fig = plot.live.fig
+        legend = fig.legends[0].get_window_extent(fig.canvas.get_renderer())
+        assert fig.bbox.width == width and legend.x0 >= 0 and legend.x1 <= width - TOOLBAR_PX, (ranks, legend)
+        top = max(ax.get_position().y1 for ax in fig.axes) * fig.bbox.height
+        assert legend.y0 >= top, "the legend's rows stay above the panels"
+
+
 def test_a_rank_filter_and_a_smoothing_stay_with_the_run_they_were_chosen_on(tmp_path, monkeypatch):
     """A rank filter typed once hid rank 1 in every later dashboard of every run, with nothing saying so;
     smoothing 0.97 carried onto a 23-step run (issue 29)."""
@@ -543,8 +559,8 @@ def test_a_dashboard_whose_kernel_is_gone_says_so_from_the_page_alone(tmp_path, 
     assert note.startswith(GONE_CSS) and "<div class='wb-gone'" in note
     assert ".wb-gone{display:none}" in GONE_CSS and ".jupyter-widgets-disconnected .wb-gone{display:block}" in GONE_CSS
     assert ".wb-dashboard.jupyter-widgets-disconnected .wb-cancel" in GONE_CSS
-    shown = [time.strftime("%H:%M:%S", time.localtime(t)) for t in (before, time.time())]
-    assert any(f"from its last refresh at {t}" in note for t in shown)
+    shown = [time.strftime("%H:%M:%S", time.localtime(t)) for t in range(int(before), int(time.time()) + 1)]
+    assert any(f"from its last refresh at {t}" in note for t in shown), (shown, note)  # that refresh's time
     assert f"workbench.Run.load(&#x27;{run.root}&#x27;).dashboard()" in note
     assert f"workbench follow {run.root}" in note and "the run itself goes on without the kernel" in note
     assert "ends with the kernel that made the pool" in gone_html(run.root, None, pool=True)
@@ -567,6 +583,9 @@ def test_downloads_are_served_by_the_jupyter_server_not_carried_in_the_page(tmp_
     link = dash.download_link.value
     assert "href='/lab-base/files/run/exports/metrics.csv'" in link and "data:" not in link
     assert "download='metrics.csv'" in link and str(exported) in link
+    dash.download("csv")  # again, the same file: a new link, which the page follows once (one click)
+    assert dash.download_link.value != link and "data-wb-n='2'" in dash.download_link.value
+    assert all("wb-download-button" in button._dom_classes for button in dash.downloads.values())
 
 
 def test_compare_and_plot_show_themselves_in_a_fresh_notebook(tmp_path):

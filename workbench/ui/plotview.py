@@ -302,11 +302,17 @@ WIDTH_PROBE = """
 
 
 def width_probe() -> Any:
-    """An Output holding WIDTH_PROBE as JavaScript: JupyterLab runs it (outputs made in the session are
-    trusted); where it does not run (an untrusted notebook, another frontend) the default width stays."""
+    """WIDTH_PROBE in the page; where it does not run (an untrusted notebook, another frontend) the
+    default width stays."""
+    return page_script(WIDTH_PROBE)
+
+
+def page_script(source: str) -> Any:
+    """A hidden Output holding `source` as JavaScript: JupyterLab runs it (outputs made in the session
+    are trusted)."""
     probe = w.Output(layout=w.Layout(display="none"))
     probe.outputs = ({"output_type": "display_data", "metadata": {},
-                      "data": {"application/javascript": WIDTH_PROBE, "text/plain": ""}},)
+                      "data": {"application/javascript": source, "text/plain": ""}},)
     return probe
 
 
