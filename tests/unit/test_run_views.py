@@ -564,6 +564,8 @@ def test_a_dashboard_whose_kernel_is_gone_says_so_from_the_page_alone(tmp_path, 
     assert f"workbench.Run.load(&#x27;{run.root}&#x27;).dashboard()" in note
     assert f"workbench follow {run.root}" in note and "the run itself goes on without the kernel" in note
     assert "ends with the kernel that made the pool" in gone_html(run.root, None, pool=True)
+    ended = gone_html(run.root, time.time(), ended="finished")  # a finished run's dashboard: no "goes on"
+    assert "the run had ended (finished)" in ended and "goes on" not in ended and f"workbench show {run.root}" in ended
 
 
 def test_downloads_are_served_by_the_jupyter_server_not_carried_in_the_page(tmp_path, monkeypatch):

@@ -178,7 +178,8 @@ class Dashboard:
         problem = (self._cancel_problem if not state.done else "") or state.scheduler_error
         self.show_scheduler(problem, state.done)  # one line while SLURM does not answer (or refused a cancel)
         self._show_progress(state)
-        self.gone.value = gone_html(self.run.folder, time.time(), self._on_pool)  # when this refresh's figures are
+        self.gone.value = gone_html(self.run.folder, time.time(), self._on_pool,  # when this refresh's figures are
+                                    state.state if state.done else "")
         self.badges.value = badges_html(state)
         self.health.value = health_html(state.health)
         self.stacks.value = stacks_html(state.stacks)
@@ -310,18 +311,23 @@ hides Cancel, whose click no longer reaches anything; the note stands for the br
 ipywidgets puts before each of the dashboard's ~20 widgets."""
 
 
-def gone_html(folder: Any, at: float | None, pool: bool = False) -> str:
+def gone_html(folder: Any, at: float | None, pool: bool = False, ended: str = "") -> str:
     """The note a page shows once this dashboard's kernel is gone: since when its figures stand still
     (`at`: the last refresh's time), whether the run goes on (a warm pool's ranks end with the kernel
-    that made the pool) and how to follow it again."""
-    since = (f"its step, ETA and ages are from its last refresh at {time.strftime('%H:%M:%S', time.localtime(at))}"
-             if at is not None else "it never read the run")
-    fate = ("a run on a warm pool ends with the kernel that made the pool" if pool else
-            "the run itself goes on without the kernel")
-    again = f"workbench.Run.load({str(folder)!r}).dashboard()"
-    text = (f"<b>kernel disconnected</b>: this dashboard no longer updates ({since}) and cannot cancel; {fate}. "
-            f"To follow it again, run <code>{html.escape(again)}</code> "
-            f"in a cell, or <code>workbench follow {html.escape(str(folder))}</code> in a terminal.")
+    that made the pool; `ended`: the run's final state, when that refresh saw it) and how to see it again."""
+    again = html.escape(f"workbench.Run.load({str(folder)!r}).dashboard()")
+    if ended:
+        text = (f"<b>kernel disconnected</b>: the run had ended ({html.escape(ended)}) and this dashboard shows it "
+                f"as it ended. To open it again, run <code>{again}</code> in a cell, or "
+                f"<code>workbench show {html.escape(str(folder))}</code> in a terminal.")
+    else:
+        since = (f"its step, ETA and ages are from its last refresh at "
+                 f"{time.strftime('%H:%M:%S', time.localtime(at))}" if at is not None else "it never read the run")
+        fate = ("a run on a warm pool ends with the kernel that made the pool" if pool else
+                "the run itself goes on without the kernel")
+        text = (f"<b>kernel disconnected</b>: this dashboard no longer updates ({since}) and cannot cancel; {fate}. "
+                f"To follow it again, run <code>{again}</code> in a cell, or "
+                f"<code>workbench follow {html.escape(str(folder))}</code> in a terminal.")
     return (f"{GONE_CSS}<div class='wb-gone' style='border-left:5px solid #ad5700;padding:2px 8px;"
             f"color:var(--jp-ui-font-color1,#222)'>⚠ {text}</div>")
 
