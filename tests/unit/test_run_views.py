@@ -275,7 +275,8 @@ def test_defaults_are_readable_smoothed_loss_log_y_past_a_decade_and_only_logged
 def test_one_loss_of_zero_leaves_log_y_on_and_is_said_not_drawn():
     """A 20,000-step run logged loss == 0.0 once (step 6366): log-y went off for the whole run, even with
     "y: log" picked (issue 29).  Now the choice is made on the positive values and the 0 is left out,
-    counted in the panel's title (a figure drawn once) and on the dashboard's range line (a live one)."""
+    counted in a note inside the panel (a figure drawn once; in the title it ran into the next panel's)
+    and on the dashboard's range line (a live one)."""
     from workbench.results.plots import options, plot_run
     from workbench.ui.plotview import range_html
     from workbench.ui.render import LiveFigure
@@ -287,10 +288,11 @@ def test_one_loss_of_zero_leaves_log_y_on_and_is_said_not_drawn():
     for log_y in (None, True):
         ax = plot_run(frame, log_y=log_y).axes[0]
         assert ax.get_yscale() == "log", log_y
-        assert ax.get_title(loc="left").endswith("(1 value <= 0 not drawn on log y)"), ax.get_title(loc="left")
+        notes = [t.get_text() for t in ax.texts if t.get_gid() == "wb-not-drawn"]
+        assert notes == ["1 value <= 0 not drawn on log y"] and ax.get_title(loc="left") == "training loss · loss"
         assert ax.get_ylim()[0] > 0
     linear = plot_run(frame, log_y=False).axes[0]
-    assert linear.get_yscale() == "linear" and "not drawn" not in linear.get_title(loc="left")
+    assert linear.get_yscale() == "linear" and not linear.texts
     assert plot_run(frame.assign(loss=0.0)).axes[0].get_yscale() == "linear"  # nothing positive: nothing to log
     live = LiveFigure()
     live.update(frame, None, options())

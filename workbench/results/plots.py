@@ -269,8 +269,9 @@ def last_point(x: np.ndarray, y: np.ndarray) -> tuple[float, float] | None:
 
 
 def decorate(ax: Axes, panel: Panel, specs: list[Spec], opts: PlotOptions, x: str, note_hidden: bool = False) -> None:
-    """Title (the metric's name), x label, log scale; `note_hidden` (a figure drawn once): the title says how
-    many values log-y leaves out (a live figure says it on its range line, which follows the data)."""
+    """Title (the metric's name), x label, log scale; `note_hidden` (a figure drawn once): a note inside the
+    panel's top right says how many values log-y leaves out (in the title it ran into the next panel's;
+    a live figure says it on its range line, which follows the data)."""
     ax.set_title(panel.title, loc="left")
     if ax.xaxis.get_tick_params().get("labelbottom", True) is not False:
         ax.set_xlabel(X_AXES.get(x, x))
@@ -278,7 +279,8 @@ def decorate(ax: Axes, panel: Panel, specs: list[Spec], opts: PlotOptions, x: st
         ax.set_yscale("log", nonpositive="mask")  # a value <= 0 is left out (and counted), not clipped
         hidden = not_drawn_on_log(specs) if note_hidden else 0
         if hidden:
-            ax.set_title(f"{panel.title}  ({hidden_text(hidden)})", loc="left")
+            ax.text(0.98, 0.97, hidden_text(hidden), transform=ax.transAxes, ha="right", va="top", fontsize="small",
+                    color=FOREGROUND[opts.theme], gid="wb-not-drawn")
     if x == "step" or x == "samples":
         from matplotlib.ticker import MaxNLocator
 
