@@ -485,7 +485,11 @@ class TestCurves:
 
         page = curves
         out = cell(page, 1)
-        out.locator("button.widget-button", has_text="CSV").click()
+        with page.expect_download(timeout=120_000) as started:  # one click: the page follows the new link
+            out.locator("button.widget-button", has_text="CSV").click()
+        saved = started.value
+        assert saved.suggested_filename == "metrics.csv"
+        assert len(Path(saved.path()).read_text().strip().splitlines()) == 2 * SPIKE_STEPS + 1  # issue 29 item 10
         link = out.locator("a.wb-download")
         expect(link).to_be_visible(timeout=120_000)
         href = link.get_attribute("href")

@@ -1,7 +1,8 @@
 """A kernel restart in a real JupyterLab (headless Chromium, Playwright) while a run trains: the run
-goes on, and `Run.load(folder).dashboard()` in the restarted kernel follows it until both ranks
-are finished.  The run holds after step 10 (tasks_for_tests.gated) until the reattached dashboard
-shows it running: however slow the machine, it cannot end before the restart."""
+goes on, the old dashboard says its kernel is gone (no Cancel, how to follow the run again), and
+`Run.load(folder).dashboard()` in the restarted kernel follows it until both ranks are finished.
+The run holds after step 10 (tasks_for_tests.gated) until the reattached dashboard shows it running:
+however slow the machine, it cannot end before the restart."""
 
 from __future__ import annotations
 
@@ -110,10 +111,21 @@ def test_the_dashboard_reattaches_after_a_kernel_restart(chromium, jupyter_lab: 
                 wait_kernel_idle(page, 60_000)
                 run = workbench.Run.load(folder)
                 assert run.status().state == "running", "the run must outlive its kernel"
+                # the old dashboard says its kernel is gone, and how to follow the run again (issue 29 item 3)
+                gone = first.locator(".wb-gone")
+                expect(gone).to_be_visible(timeout=30_000)
+                expect(gone).to_contain_text("kernel disconnected")
+                expect(gone).to_contain_text(f"workbench.Run.load('{folder}').dashboard()")
+                expect(first.locator("button.wb-cancel")).to_be_hidden()
+                ARTIFACTS.mkdir(exist_ok=True)
+                gone.scroll_into_view_if_needed()
+                page.screenshot(path=str(ARTIFACTS / "reattach-kernel-gone.png"))  # for a person to look at
 
                 _run_cell(page, 1)
                 second = page.locator(".jp-NotebookPanel .jp-Cell").nth(1)
                 expect(second.locator(".wb-badge.wb-running")).to_have_count(2, timeout=60_000)
+                expect(second.locator(".wb-gone")).to_be_hidden()  # the new kernel answers its dashboard
+                expect(second.locator("button.wb-cancel")).to_be_visible()
                 (jupyter_lab.root / "gate").touch()  # the run trains on to its end
                 report("kernel restart in JupyterLab -> reattached dashboard shows the ranks",
                        time.monotonic() - restarted)

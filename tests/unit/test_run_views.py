@@ -275,7 +275,8 @@ def test_defaults_are_readable_smoothed_loss_log_y_past_a_decade_and_only_logged
 def test_one_loss_of_zero_leaves_log_y_on_and_is_said_not_drawn():
     """A 20,000-step run logged loss == 0.0 once (step 6366): log-y went off for the whole run, even with
     "y: log" picked (issue 29).  Now the choice is made on the positive values and the 0 is left out,
-    counted in the panel's title (a figure drawn once) and on the dashboard's range line (a live one)."""
+    counted in a note inside the panel (a figure drawn once; in the title it ran into the next panel's)
+    and on the dashboard's range line (a live one)."""
     from workbench.results.plots import options, plot_run
     from workbench.ui.plotview import range_html
     from workbench.ui.render import LiveFigure
@@ -287,10 +288,11 @@ def test_one_loss_of_zero_leaves_log_y_on_and_is_said_not_drawn():
     for log_y in (None, True):
         ax = plot_run(frame, log_y=log_y).axes[0]
         assert ax.get_yscale() == "log", log_y
-        assert ax.get_title(loc="left").endswith("(1 value <= 0 not drawn on log y)"), ax.get_title(loc="left")
+        notes = [t.get_text() for t in ax.texts if t.get_gid() == "wb-not-drawn"]
+        assert notes == ["1 value <= 0 not drawn on log y"] and ax.get_title(loc="left") == "training loss · loss"
         assert ax.get_ylim()[0] > 0
     linear = plot_run(frame, log_y=False).axes[0]
-    assert linear.get_yscale() == "linear" and "not drawn" not in linear.get_title(loc="left")
+    assert linear.get_yscale() == "linear" and not linear.texts
     assert plot_run(frame.assign(loss=0.0)).axes[0].get_yscale() == "linear"  # nothing positive: nothing to log
     live = LiveFigure()
     live.update(frame, None, options())
@@ -362,6 +364,14 @@ def test_metrics_plot_controls_hover_and_remembered_choices(tmp_path, monkeypatc
     hover = plot.hover.value
     assert "training loss · loss at elapsed time (s) 30" in hover, hover
     assert "rank 1 <b>" in hover and "reduced (all ranks) <b>" in hover and "(raw " in hover  # every series
+    ax.set_xlim(10, 20)  # a zoom: the values read were under the pointer before it (issue 29 item 10)
+    assert "<b>" not in plot.hover.value
+    plot._on_hover(Event)
+    assert "<b>" in plot.hover.value
+    plot.live.axes[0].set_xlim(*plot.live.axes[0].get_xlim())  # no change: it stays
+    assert "<b>" in plot.hover.value
+    plot.ranks.value = "0,1"  # another rank filter: so is rank 1's value
+    assert "<b>" not in plot.hover.value
     plot.smooth.value = 0.8
     plot.log_y.value = "linear"
     saved = tmp_path / "config" / "workbench" / "plot.json"
@@ -372,6 +382,40 @@ def test_metrics_plot_controls_hover_and_remembered_choices(tmp_path, monkeypatc
     assert again.ranks.value == "all" and again.log_y.value == "linear" and again.shown.value == ""
     saved.write_text("{not json")
     assert MetricsPlot(frame=sixteen_ranks(ranks=2)).opts.smooth == 0.6  # a damaged file: the defaults
+
+
+def test_the_memory_axis_starts_at_zero_so_one_mib_is_no_leak():
+    """Peak memory 500 MiB that grows by 1 MiB filled the panel's height like a leak (issue 29 item 10):
+    its axis starts at 0, in the figure drawn once and in the live one; the loss panel still fits its data."""
+    from workbench.results.plots import options, plot_run
+    from workbench.ui.render import LiveFigure
+
+    step = np.arange(1, 2001)
+    frame = pd.DataFrame({"rank": 0, "step": step, "loss": 2.0 - step / 2000, "mem_mb": 500.0 + (step > 1000)})
+    fig = plot_run(frame)
+    live = LiveFigure()
+    live.update(frame, None, options())
+    for axes in (fig.axes, live.axes):
+        memory = next(ax for ax in axes if ax.get_title(loc="left") == "peak memory (MiB)")
+        low, high = memory.get_ylim()
+        assert low <= 0 and 501 <= high < 600, (low, high)
+        assert axes[0].get_ylim()[0] > 0.5  # the loss is not drawn from zero
+
+
+def test_the_live_legend_keeps_left_of_the_toolbar():
+    """ipympl's toolbar (228 px at the top right, shown while the pointer is on the figure) covered the
+    legend's last entry (issue 29 item 10): the live figure's legend ends left of it, at any width."""
+    from workbench.ui.plotview import MetricsPlot
+    from workbench.ui.render import TOOLBAR_PX
+
+    for ranks, width in ((2, 960), (16, 960), (2, 700)):
+        plot = MetricsPlot(frame=sixteen_ranks(ranks=ranks), remember=False)
+        plot.live.set_width(width)
+        fig = plot.live.fig
+        legend = fig.legends[0].get_window_extent(fig.canvas.get_renderer())
+        assert fig.bbox.width == width and legend.x0 >= 0 and legend.x1 <= width - TOOLBAR_PX, (ranks, legend)
+        top = max(ax.get_position().y1 for ax in fig.axes) * fig.bbox.height
+        assert legend.y0 >= top, "the legend's rows stay above the panels"
 
 
 def test_a_rank_filter_and_a_smoothing_stay_with_the_run_they_were_chosen_on(tmp_path, monkeypatch):
@@ -498,6 +542,34 @@ def test_one_refresh_shows_one_snapshot_progress_badges_range_and_curves_agree(t
     assert last["loss/rank 0"] == 1014 and last["loss/rank 1"] == 1010 and max(last.values()) == 1014
 
 
+def test_a_dashboard_whose_kernel_is_gone_says_so_from_the_page_alone(tmp_path, monkeypatch):
+    """After a kernel restart the old dashboard stayed at "running · ETA 0:01:28" with "0s ago" badges and a
+    live-looking Cancel (issue 29 item 3).  The page has no kernel to ask then: the note and the hidden
+    Cancel hang on the class ipywidgets gives every view of a restarting kernel (the browser test
+    restarts one)."""
+    from workbench.ui.dashboard import GONE_CSS, Dashboard, gone_html
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    run = run_folder(tmp_path, world=2, steps=50)
+    dash = Dashboard(Run.load(run.root), autostart=False)
+    assert "wb-dashboard" in dash.widget._dom_classes and "wb-cancel" in dash.cancel_button._dom_classes
+    assert dash.widget.children[1] is dash.gone  # under the progress line it freezes
+    assert "it never read the run" in dash.gone.value
+    before = time.time()
+    dash.refresh()
+    note = dash.gone.value
+    assert note.startswith(GONE_CSS) and "<div class='wb-gone'" in note
+    assert ".wb-gone{display:none}" in GONE_CSS and ".jupyter-widgets-disconnected .wb-gone{display:block}" in GONE_CSS
+    assert ".wb-dashboard.jupyter-widgets-disconnected .wb-cancel" in GONE_CSS
+    shown = [time.strftime("%H:%M:%S", time.localtime(t)) for t in range(int(before), int(time.time()) + 1)]
+    assert any(f"from its last refresh at {t}" in note for t in shown), (shown, note)  # that refresh's time
+    assert f"workbench.Run.load(&#x27;{run.root}&#x27;).dashboard()" in note
+    assert f"workbench follow {run.root}" in note and "the run itself goes on without the kernel" in note
+    assert "ends with the kernel that made the pool" in gone_html(run.root, None, pool=True)
+    ended = gone_html(run.root, time.time(), ended="finished")  # a finished run's dashboard: no "goes on"
+    assert "the run had ended (finished)" in ended and "goes on" not in ended and f"workbench show {run.root}" in ended
+
+
 def test_downloads_are_served_by_the_jupyter_server_not_carried_in_the_page(tmp_path, monkeypatch):
     from workbench.ui.dashboard import Dashboard, download_html, files_url
 
@@ -515,6 +587,9 @@ def test_downloads_are_served_by_the_jupyter_server_not_carried_in_the_page(tmp_
     link = dash.download_link.value
     assert "href='/lab-base/files/run/exports/metrics.csv'" in link and "data:" not in link
     assert "download='metrics.csv'" in link and str(exported) in link
+    dash.download("csv")  # again, the same file: a new link, which the page follows once (one click)
+    assert dash.download_link.value != link and "data-wb-n='2'" in dash.download_link.value
+    assert all("wb-download-button" in button._dom_classes for button in dash.downloads.values())
 
 
 def test_compare_and_plot_show_themselves_in_a_fresh_notebook(tmp_path):

@@ -24,6 +24,8 @@ KNOWN = {"lr": "learning rate (lr)", "step_time_s": "step time (s)", "samples_pe
          "mem_mb": "peak memory (MiB)"}
 SMOOTHED = ("step_time_s", "samples_per_s")
 """Panels besides the loss whose series are smoothed (noisy per step)."""
+FROM_ZERO = ("mem_mb",)
+"""Panels whose y axis starts at 0 (Panel.from_zero)."""
 HIDDEN = BOOKKEEPING | {"loss_reduced", "data_time_s", "compute_s", "comm_wait_s", "comm_busy_s", "grad_norm_sync"}
 MAX_PANELS = 9
 RAW_ALPHA = 0.25
@@ -38,6 +40,9 @@ class Panel:
     smooth: bool = False
     log_able: bool = False
     """Log-y applies (loss-like values)."""
+    from_zero: bool = False
+    """The y axis starts at 0: an amount, where a 1 MiB change on 500 MiB fitted to the panel's height
+    looked like a leak (peak memory)."""
 
 
 @dataclass
@@ -109,7 +114,7 @@ def choose_panels(data: MetricData, wanted: tuple[str, ...] | None = None) -> li
         panels.append(Panel("val", tuple(names), title, log_able=True))
     for column, title in KNOWN.items():
         if data.has(column):
-            panels.append(Panel(column, (column,), title, smooth=column in SMOOTHED))
+            panels.append(Panel(column, (column,), title, smooth=column in SMOOTHED, from_zero=column in FROM_ZERO))
     taken = {c for p in panels for c in p.columns} | HIDDEN
     for name in data.columns():
         if name not in taken and not name.startswith(EVAL_PREFIXES) and data.has(name):

@@ -150,6 +150,8 @@ def plot_run(frame: pd.DataFrame | MetricData, panels: Sequence[str] | None = No
         for ax, panel in zip(axes, chosen):
             specs = panel_specs(panel, data, x, o, views, FOREGROUND[o.theme])
             add_artists(ax, specs)
+            if panel.from_zero:
+                ax.set_ylim(bottom=min(0.0, ax.get_ylim()[0]))
             decorate(ax, panel, specs, o, x, note_hidden=True)
         legend = figure_legend(fig, axes)
         if fixed_layout:
@@ -177,12 +179,13 @@ def fixed_margins(fig: Figure, nrows: int, ncols: int) -> dict[str, float]:
             "hspace": m["hspace"] / max(panel_h, 0.1)}
 
 
-def fit_legend_rows(fig: Figure, legend: Any) -> None:
-    """With fixed margins: room at the top for each row of the legend beyond the first."""
+def fit_legend_rows(fig: Figure, legend: Any, right_px: float = 0.0) -> None:
+    """With fixed margins: room at the top for each row of the legend beyond the first (`right_px`:
+    as figure_legend was given)."""
     if legend is None:
         return
     labels = [t.get_text() for t in legend.get_texts()]
-    rows = math.ceil(len(labels) / legend_columns(fig, labels))
+    rows = math.ceil(len(labels) / legend_columns(fig, labels, legend_share(fig, right_px)))
     extra = LEGEND_ROW_IN * (rows - 1)
     if extra > 0:
         fig.subplots_adjust(top=1 - (FIXED_MARGINS_IN["top"] + extra) / fig.get_figheight())
@@ -266,8 +269,9 @@ def last_point(x: np.ndarray, y: np.ndarray) -> tuple[float, float] | None:
 
 
 def decorate(ax: Axes, panel: Panel, specs: list[Spec], opts: PlotOptions, x: str, note_hidden: bool = False) -> None:
-    """Title (the metric's name), x label, log scale; `note_hidden` (a figure drawn once): the title says how
-    many values log-y leaves out (a live figure says it on its range line, which follows the data)."""
+    """Title (the metric's name), x label, log scale; `note_hidden` (a figure drawn once): a note inside the
+    panel's top right says how many values log-y leaves out (in the title it ran into the next panel's;
+    a live figure says it on its range line, which follows the data)."""
     ax.set_title(panel.title, loc="left")
     if ax.xaxis.get_tick_params().get("labelbottom", True) is not False:
         ax.set_xlabel(X_AXES.get(x, x))
@@ -275,7 +279,8 @@ def decorate(ax: Axes, panel: Panel, specs: list[Spec], opts: PlotOptions, x: st
         ax.set_yscale("log", nonpositive="mask")  # a value <= 0 is left out (and counted), not clipped
         hidden = not_drawn_on_log(specs) if note_hidden else 0
         if hidden:
-            ax.set_title(f"{panel.title}  ({hidden_text(hidden)})", loc="left")
+            ax.text(0.98, 0.97, hidden_text(hidden), transform=ax.transAxes, ha="right", va="top", fontsize="small",
+                    color=FOREGROUND[opts.theme], gid="wb-not-drawn")
     if x == "step" or x == "samples":
         from matplotlib.ticker import MaxNLocator
 
@@ -295,9 +300,10 @@ def hidden_text(count: int) -> str:
     return f"{count} value{'s' if count != 1 else ''} <= 0 not drawn on log y"
 
 
-def figure_legend(fig: Figure, axes: Sequence[Axes]) -> Any:
+def figure_legend(fig: Figure, axes: Sequence[Axes], right_px: float = 0.0) -> Any:
     """One legend above the panels (outside the data): each label once (rank R has one colour in
-    every panel)."""
+    every panel).  `right_px`: pixels at the figure's top right it keeps clear (the live figure's
+    toolbar shows there)."""
     handles, labels = [], []
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels()):
@@ -306,16 +312,23 @@ def figure_legend(fig: Figure, axes: Sequence[Axes]) -> Any:
                 labels.append(label)
     if not handles:
         return None
-    return fig.legend(handles, labels, loc="outside upper center", ncols=legend_columns(fig, labels),
-                      frameon=False, handlelength=1.6, columnspacing=1.2)
+    share = legend_share(fig, right_px)
+    where = {"bbox_to_anchor": (0.0, 0.0, share, 1.0), "bbox_transform": fig.transFigure} if share < 1 else {}
+    return fig.legend(handles, labels, loc="outside upper center", ncols=legend_columns(fig, labels, share),
+                      frameon=False, handlelength=1.6, columnspacing=1.2, **where)
 
 
-def legend_columns(fig: Figure, labels: Sequence[str]) -> int:
-    """Columns of the legend: up to LEGEND_COLUMNS, as many as fit the figure's width (labels of
-    this length at the legend's font size)."""
+def legend_share(fig: Figure, right_px: float) -> float:
+    """The part of the figure's width the legend may take, `right_px` kept clear at its right."""
+    return max(0.4, 1.0 - right_px / fig.bbox.width) if right_px > 0 else 1.0
+
+
+def legend_columns(fig: Figure, labels: Sequence[str], share: float = 1.0) -> int:
+    """Columns of the legend: up to LEGEND_COLUMNS, as many as fit `share` of the figure's width
+    (labels of this length at the legend's font size)."""
     longest = max((len(label) for label in labels), default=1)
     column_in = 0.55 + 0.075 * longest  # handle and gaps, then ~0.075 in a character at 10.5 pt
-    fit = int(fig.get_figwidth() / column_in)
+    fit = int(fig.get_figwidth() * share / column_in)
     return max(1, min(len(labels), LEGEND_COLUMNS, fit))
 
 

@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as w
 
 from workbench.errors import SubmitError
+from workbench.launch.pooljob import PoolJob
 from workbench.launch.run import SCHEDULER_RETRY_S
 from workbench.results.plots import rank_colour
 from workbench.runfolder.rankstate import ACTIVE
-from workbench.ui.plotview import MetricsPlot
+from workbench.ui.plotview import MetricsPlot, page_script
 from workbench.ui.state import DashboardState, read_state
 
 if TYPE_CHECKING:
@@ -47,6 +48,7 @@ class Dashboard:
         self._plot_version: tuple[int, bool] = (-1, False)
         self._log_read_at = 0.0
         self._cancel_problem = ""
+        self._on_pool = isinstance(getattr(run, "job", None), PoolJob)
         self._build_widgets()
         if autostart:
             self.start()
@@ -59,6 +61,9 @@ class Dashboard:
         self.cancel_button = w.Button(description="Cancel", icon="stop", button_style="danger",
                                       tooltip="Stop every rank (run.cancel())")
         self.cancel_button.on_click(lambda _: self.cancel())
+        self.cancel_button.add_class("wb-cancel")
+        self.gone = w.HTML(gone_html(self.run.folder, None, self._on_pool))
+        """Shown by the page alone once the kernel is gone (hidden while it answers: see gone_html)."""
         self.badges = w.HTML()
         self.health = w.HTML()
         self.stacks = w.HTML()
@@ -78,13 +83,17 @@ class Dashboard:
                           for fmt in ("csv", "parquet")}
         for fmt, button in self.downloads.items():
             button.on_click(lambda _b, fmt=fmt: self.download(fmt))
+            button.add_class("wb-download-button")
+        self._downloads_made = 0
         self.download_link = w.HTML()
         header = w.HBox([self.title, self.progress, self.eta, self.cancel_button],
                         layout=w.Layout(flex_flow="row wrap", align_items="center"))
-        metrics = w.HBox([w.HTML("metrics:"), *self.downloads.values(), self.download_link],
+        metrics = w.HBox([w.HTML("metrics:"), *self.downloads.values(), self.download_link, page_script(FOLLOW_LINK)],
                          layout=w.Layout(align_items="center"))
-        self.widget = w.VBox([header, self.scheduler, self.badges, self.health, self.plot.widget, metrics, self.failure,
-                              self.restarts, self.stacks, self.report, self.rank_select, self.log, self.error])
+        self.widget = w.VBox([header, self.gone, self.scheduler, self.badges, self.health, self.plot.widget,
+                              metrics, self.failure, self.restarts, self.stacks, self.report, self.rank_select,
+                              self.log, self.error])
+        self.widget.add_class("wb-dashboard")
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         return self.widget._repr_mimebundle_(**kwargs)
@@ -145,7 +154,8 @@ class Dashboard:
             text = html.escape(str(exc))
             self.download_link.value = f"<span style='color:var(--jp-ui-font-color1,#222)'>✘ {text}</span>"
             return
-        self.download_link.value = download_html(path)
+        self._downloads_made += 1  # a new link each time, even to the same file: the page follows it once
+        self.download_link.value = download_html(path).replace("<a ", f"<a data-wb-n='{self._downloads_made}' ", 1)
 
     def cancel(self) -> None:
         try:
@@ -168,6 +178,8 @@ class Dashboard:
         problem = (self._cancel_problem if not state.done else "") or state.scheduler_error
         self.show_scheduler(problem, state.done)  # one line while SLURM does not answer (or refused a cancel)
         self._show_progress(state)
+        self.gone.value = gone_html(self.run.folder, time.time(), self._on_pool,  # when this refresh's figures are
+                                    state.state if state.done else "")
         self.badges.value = badges_html(state)
         self.health.value = health_html(state.health)
         self.stacks.value = stacks_html(state.stacks)
@@ -208,6 +220,34 @@ class Dashboard:
         self._log_read_at = time.monotonic()
         rank = int(self.rank_select.value)
         self.log.value = log_html(self.run.logs(rank, tail_bytes=LOG_TAIL_BYTES), rank)
+
+
+FOLLOW_LINK = """
+(function () {
+  // One click downloads: after a click on CSV or Parquet, the link the kernel writes for it is followed
+  // once (its download attribute saves the file).  Only after such a click: a reloaded page shows the
+  // last link without fetching it again.
+  function attach(tries) {
+    const boxes = [...document.querySelectorAll(".wb-dashboard")].filter(b => !b.dataset.wbFollow);
+    for (const box of boxes) {
+      box.dataset.wbFollow = "1";
+      let armed = false;
+      box.addEventListener("click", e => { if (e.target.closest(".wb-download-button")) armed = true; }, true);
+      new MutationObserver(() => {
+        const link = box.querySelector("a.wb-download");
+        if (armed && link && !link.dataset.wbFollowed) {
+          armed = false;
+          link.dataset.wbFollowed = "1";
+          link.click();
+        }
+      }).observe(box, {childList: true, subtree: true});
+    }
+    if (!boxes.length && tries < 300) setTimeout(() => attach(tries + 1), 100);
+  }
+  attach(0);
+})();
+"""
+"""Where it does not run (an untrusted notebook, another frontend) the link is there to click."""
 
 
 def download_html(path: Any) -> str:
@@ -257,6 +297,39 @@ def files_url(path: Any) -> str | None:
     _, info, root = max(servers, key=lambda s: s[0])
     base = str(info.get("base_url") or "/")
     return base.rstrip("/") + "/files/" + quote(Path(path).relative_to(root).as_posix())
+
+
+GONE_CSS = ("<style>.wb-gone{display:none}"
+            ".jupyter-widgets-disconnected .wb-gone{display:block}"
+            ".wb-dashboard.jupyter-widgets-disconnected .wb-cancel,"
+            ".wb-cancel.jupyter-widgets-disconnected{display:none !important}"
+            ".wb-dashboard.jupyter-widgets-disconnected::before,"
+            ".wb-dashboard .jupyter-widgets-disconnected::before{content:none;display:none}</style>")
+"""ipywidgets marks every view of a kernel that restarts `jupyter-widgets-disconnected` (its manager
+drops the comms on "restarting"): the page itself, with no kernel to ask, then shows the note and
+hides Cancel, whose click no longer reaches anything; the note stands for the broken-link icon
+ipywidgets puts before each of the dashboard's ~20 widgets."""
+
+
+def gone_html(folder: Any, at: float | None, pool: bool = False, ended: str = "") -> str:
+    """The note a page shows once this dashboard's kernel is gone: since when its figures stand still
+    (`at`: the last refresh's time), whether the run goes on (a warm pool's ranks end with the kernel
+    that made the pool; `ended`: the run's final state, when that refresh saw it) and how to see it again."""
+    again = html.escape(f"workbench.Run.load({str(folder)!r}).dashboard()")
+    if ended:
+        text = (f"<b>kernel disconnected</b>: the run had ended ({html.escape(ended)}) and this dashboard shows it "
+                f"as it ended. To open it again, run <code>{again}</code> in a cell, or "
+                f"<code>workbench show {html.escape(str(folder))}</code> in a terminal.")
+    else:
+        since = (f"its step, ETA and ages are from its last refresh at "
+                 f"{time.strftime('%H:%M:%S', time.localtime(at))}" if at is not None else "it never read the run")
+        fate = ("a run on a warm pool ends with the kernel that made the pool" if pool else
+                "the run itself goes on without the kernel")
+        text = (f"<b>kernel disconnected</b>: this dashboard no longer updates ({since}) and cannot cancel; {fate}. "
+                f"To follow it again, run <code>{again}</code> in a cell, or "
+                f"<code>workbench follow {html.escape(str(folder))}</code> in a terminal.")
+    return (f"{GONE_CSS}<div class='wb-gone' style='border-left:5px solid #ad5700;padding:2px 8px;"
+            f"color:var(--jp-ui-font-color1,#222)'>⚠ {text}</div>")
 
 
 def progress_text(state: DashboardState) -> str:

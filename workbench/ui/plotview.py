@@ -29,6 +29,9 @@ Y_CHOICES = [("y: auto (log past 10x)", "auto"), ("y: log", "log"), ("y: linear"
 LOG_Y = {"auto": None, "log": True, "linear": False}
 HOVER_SERIES = 12
 """Series named in the hover line at most (a band counts one)."""
+HOVER_BLANK = "<span class='wb-hover' style='font-size:90%'>&nbsp;</span>"
+"""The hover line until the pointer is over a panel again: values read before a zoom, a reset, a rank
+filter or a new canvas are not the ones under the pointer now."""
 
 
 def parse_ranks(text: str) -> tuple[int, ...] | None:
@@ -119,6 +122,8 @@ class MetricsPlot:
         self._holding = False
         self._short_run = ""
         """Said beside the figure when a remembered smoothing gave way to the default (_fit_smoothing)."""
+        self._limits: tuple[Any, ...] = ()
+        """The x limits the hover line was read under (_on_view)."""
         self.live = LiveFigure(interactive=True)
         self.live.on_view = self._on_view
         self.live.on_canvas = self._on_canvas
@@ -147,7 +152,7 @@ class MetricsPlot:
         self.note = w.HTML()
         self.shown = w.HTML()
         """Beside the figure: which ranks it leaves out, and a remembered smoothing not used here."""
-        self.hover = w.HTML("<span class='wb-hover' style='font-size:90%'>&nbsp;</span>")
+        self.hover = w.HTML(HOVER_BLANK)
         self.view = w.HTML()
         for control in (self.x, self.log_y, self.smooth, self.ranks, self.theme):
             control.observe(lambda _: self._on_controls(), names="value")
@@ -216,6 +221,7 @@ class MetricsPlot:
     def _on_canvas(self, new: Any, old: Any) -> None:
         """The figure changed size: its new canvas takes the old one's place, in a new box (ipympl's
         view does not leave the page when it is removed; the box's view takes it along)."""
+        self.hover.value = HOVER_BLANK
         box, self.figure_box = self.figure_box, w.Box([new])
         self.widget.children = tuple(self.figure_box if child is box else child for child in self.widget.children)
         box.close()
@@ -230,6 +236,7 @@ class MetricsPlot:
             self.note.value = f"<span style='color:var(--jp-ui-font-color1,#222)'>✘ {html.escape(str(exc))}</span>"
             return
         self.note.value = ""
+        self.hover.value = HOVER_BLANK  # other series now: what it read is not on the figure
         if float(self.smooth.value) != self.opts.smooth:
             self.smooth_from, self._short_run = "run", ""
         self.opts = PlotOptions(x=self.x.value, log_y=LOG_Y[self.log_y.value], smooth=float(self.smooth.value),
@@ -243,6 +250,10 @@ class MetricsPlot:
         """Say which part of the data the panels show (x is linked across them)."""
         found = self.live.view_range()
         self.view.value = range_html(found)
+        limits = tuple(self.live.axes[0].get_xlim()) if self.live.axes else ()  # x is linked across panels
+        if limits != self._limits:  # a zoom, a pan, a reset: the pointer is over other values now
+            self._limits = limits
+            self.hover.value = HOVER_BLANK
 
     def _on_hover(self, event: Any) -> None:
         """Every series of the panel under the cursor, at the cursor's x."""
@@ -291,11 +302,17 @@ WIDTH_PROBE = """
 
 
 def width_probe() -> Any:
-    """An Output holding WIDTH_PROBE as JavaScript: JupyterLab runs it (outputs made in the session are
-    trusted); where it does not run (an untrusted notebook, another frontend) the default width stays."""
+    """WIDTH_PROBE in the page; where it does not run (an untrusted notebook, another frontend) the
+    default width stays."""
+    return page_script(WIDTH_PROBE)
+
+
+def page_script(source: str) -> Any:
+    """A hidden Output holding `source` as JavaScript: JupyterLab runs it (outputs made in the session
+    are trusted)."""
     probe = w.Output(layout=w.Layout(display="none"))
     probe.outputs = ({"output_type": "display_data", "metadata": {},
-                      "data": {"application/javascript": WIDTH_PROBE, "text/plain": ""}},)
+                      "data": {"application/javascript": source, "text/plain": ""}},)
     return probe
 
 

@@ -46,6 +46,9 @@ if TYPE_CHECKING:
 Limits = tuple[tuple[float, float], tuple[float, float]]
 _NUMBERS = iter(range(10**6, 10**9))  # figure numbers for ipympl managers (never registered with pyplot)
 DEFAULT_WIDTH_PX = 960
+TOOLBAR_PX = 240
+"""ipympl's toolbar shows over the figure's top right while the pointer is on it (six buttons, 228 px
+wide in JupyterLab 4 with ipympl 0.10, measured): the legend keeps left of it, or it hid the last entry."""
 """The figure's width until the browser has measured the output's (JupyterLab with the file browser
 closed in a 1100 px window gives ~1000 px)."""
 LIVE_HEADROOM = 0.15
@@ -247,7 +250,8 @@ class LiveFigure:
         for ax, panel, panel_specs_ in zip(self.axes, panels, specs):
             self.artists.append({s.key: make_artist(ax, s) for s in panel_specs_})
             decorate(ax, panel, panel_specs_, opts, x)
-        fit_legend_rows(self.fig, figure_legend(self.fig, self.axes))
+        clear = TOOLBAR_PX if self.interactive else 0.0
+        fit_legend_rows(self.fig, figure_legend(self.fig, self.axes, clear), clear)
         if not panels:
             self.fig.text(0.5, 0.5, "no metrics logged yet", ha="center", va="center", fontsize=13,
                           color=FOREGROUND[opts.theme])
@@ -328,7 +332,8 @@ class LiveFigure:
             return False
         if len(self._set) != len(self.axes):
             self._set = [((np.nan, np.nan), (np.nan, np.nan))] * len(self.axes)
-        spans = [data_span(ax, artists.values()) for ax, artists in zip(self.axes, self.artists)]
+        spans = [from_zero(data_span(ax, artists.values()), panel.from_zero)
+                 for ax, artists, panel in zip(self.axes, self.artists, self.panels)]
         found = [s for s in spans if s is not None]
         if not found:
             return False
@@ -464,6 +469,14 @@ def x_limits(span: tuple[float, float], live: bool) -> tuple[float, float]:
     x0, x1 = span
     width = max(x1 - x0, 1.0)
     return x0 - 0.02 * width, x1 + (LIVE_HEADROOM if live else 0.02) * width
+
+
+def from_zero(span: Any, wanted: bool) -> Any:
+    """A panel of amounts (Panel.from_zero): its y span reaches down to 0."""
+    if not wanted or span is None:
+        return span
+    (x0, x1), (y0, y1) = span
+    return (x0, x1), (min(0.0, y0), y1)
 
 
 def y_limits(span: tuple[float, float], log_y: bool) -> tuple[float, float]:
