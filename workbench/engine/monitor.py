@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.config.sections import DistConfig
+from workbench.engine.flight import last_collective
 from workbench.engine.hang import (
     HangWatch,
     collective_name,
@@ -29,6 +30,7 @@ from workbench.engine.hang import (
     mismatch,
     never_entered,
     stack_text,
+    where_is,
 )
 from workbench.engine.mirrors import NoMirrors
 from workbench.engine.userframes import user_traceback
@@ -250,11 +252,13 @@ class RankMonitor:
                                                      reported_by=self.rank, last_seen=data["time"]))
 
     def _waits_in(self) -> str:
-        """"; rank 0 waits for it in all_reduce #21", where this rank's flight recorder says so."""
-        mine = self.hang.collective if self.hang.found and self.hang.found.waiting else None
+        """"; rank 0 waits for it in all_reduce #21 at train.py:40 in step", where this rank's flight
+        recorder has a collective it entered and that has not completed (engine.flight)."""
+        mine = last_collective()
         if not mine or mine.get("collective_done") is not False:
             return ""
-        return f"; rank {self.rank} waits for it in {collective_name(mine)}"
+        where = where_is(main_frame())[1]
+        return f"; rank {self.rank} waits for it in {collective_name(mine)}" + (f" at {where}" if where else "")
 
     def _watch_hang(self, now: float | None = None) -> None:
         """A rank stuck outside a collective for the stall limit while a peer waits in one is hung:
