@@ -15,10 +15,12 @@ bench/failure_latency.py's hang column).  The cells, and why the others take the
 - SIGSTOP, the engine in fresh ranks (test_run_lifecycle): the same in every shape, since the stopped rank runs
   no code and its ring neighbour's watch names it, with the collective the neighbour waits in.
 
+- stuck in a DataLoader worker's __getitem__, a factory named by module (`package.module:function`, as from
+  YAML) with data.num_workers 1 (here): the frame is in the worker process, read from the rank
+  (engine.loaderstacks); a user's own loop with a DataLoader waits in the same torch iterator.
+
 A SIGSTOPped rank has no user frame to name (a stopped process runs nothing and was not stalled before): its
-message names the collective the noticing rank waits in and that rank's frame.  A rank stuck in a DataLoader
-worker's __getitem__ is not here: its main thread waits on the worker's queue in torch's code, the frame that
-hangs is in another process, which workbench does not dump (left for later, said in the issue's note)."""
+message names the collective the noticing rank waits in and that rank's frame."""
 
 from __future__ import annotations
 
@@ -180,3 +182,18 @@ def test_a_warm_pool_job_whose_ranks_call_different_collectives_names_both(tmp_p
     finally:
         pool.close()
     assert_nothing_left(pool.dir.root)
+
+
+def test_a_rank_whose_dataloader_worker_hangs_in_getitem_is_named_at_that_frame(tmp_path):
+    """Rank 1's main thread waits for a batch in torch's DataLoader code; the frame that never returns is the
+    dataset's __getitem__ in its worker process: named from there, with the collective rank 0 waits in."""
+    job = cfg(tmp_path, "tests.support.tasks_for_tests:stuck_loader", max_steps=5000, checkpoint_every_steps=None,
+              dist={"stall_after_s": STEP_STALL_S, "timeout_s": 600})
+    run = workbench.submit(job.replace(data__num_workers=1))
+    assert run.wait(timeout=240).state == "failed"
+    failure = run.exception()
+    assert (failure.rank, failure.type) == (1, "Hung"), failure.summary()
+    assert "tasks_for_tests.py:" in failure.where and failure.where.endswith("in __getitem__"), failure.where
+    assert "in its DataLoader worker (pid " in failure.message, failure.message
+    assert "which rank 1 never entered" in failure.message, failure.message
+    assert_nothing_left(run.folder)

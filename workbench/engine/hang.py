@@ -83,6 +83,8 @@ class Stuck:
     """Its innermost frame of the user's code: "train.py:42 in loss_fn" ("" if none)."""
     still_s: float = 0.0
     """How long its main thread's stack (the functions in it, not their lines) has not changed."""
+    process: str = ""
+    """Where `where` is when not in the rank's own process: " in its DataLoader worker (pid 812)"."""
 
 
 class StallLimit:
@@ -156,6 +158,11 @@ def _installed(name: str) -> bool:
     return f"{os.sep}site-packages{os.sep}" in name or f"{os.sep}dist-packages{os.sep}" in name
 
 
+def is_users(filename: str) -> bool:
+    """Whether a frame's file is the user's code (what where_is names)."""
+    return _users(os.path.realpath(filename), filename) and not _installed(os.path.realpath(filename))
+
+
 def _users(name: str, raw: str) -> bool:
     if _stdlib(name, raw) or name.startswith(_WORKBENCH) or raw.startswith("<"):
         return False
@@ -185,7 +192,7 @@ def hung_message(rank: int, found: Stuck, waiting_peers: list[int], which: str =
     (all_reduce #21, which rank 1 never entered; its last was all_reduce #20)"."""
     peers = ", ".join(map(str, waiting_peers))
     whom = f"rank {peers} waits" if len(waiting_peers) == 1 else f"ranks {peers} wait"
-    at = f", at {found.where}" if found.where else ""
+    at = f", at {found.where}{found.process}" if found.where else ""
     return f"rank {rank} hung: no progress for {found.silent_s:.0f} s{at}; {whom} for it in a collective{which}"
 
 

@@ -11,6 +11,7 @@ the run folder (faulthandler) and reports the rank as stalled: a hang shows wher
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import faulthandler
 import os
 import threading
@@ -21,11 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from workbench.config.sections import DistConfig
+from workbench.engine import loaderstacks
 from workbench.engine.flight import last_collective
 from workbench.engine.hang import (
     HangWatch,
+    Stuck,
     collective_name,
     hung_message,
+    is_users,
     main_frame,
     mismatch,
     never_entered,
@@ -118,6 +122,7 @@ class RankMonitor:
         run.error(rank).unlink(missing_ok=True)  # a requeued attempt starts clean
 
     def start(self) -> RankMonitor:
+        loaderstacks.arm()  # before any DataLoader forks its workers: they inherit the dump handler
         self.write_status()
         self._thread.start()
         return self
@@ -275,10 +280,18 @@ class RankMonitor:
         if found.waiting:
             self._watch_mismatch(found, peers)
         elif peers:
+            found = self._in_loader_worker(found)
             which = never_entered(self.rank, self.hang.collective, peers)
             self._name_hung(hung_message(self.rank, found, sorted(peers), which), found, sorted(peers))
 
-    def _watch_mismatch(self, found: Any, peers: dict[int, dict[str, Any]]) -> None:
+    def _in_loader_worker(self, found: Stuck) -> Stuck:
+        """Where its DataLoader worker is stuck, when its main thread waits for one (engine.loaderstacks)."""
+        worker = loaderstacks.stuck_worker(main_frame(), is_users)
+        if worker is None:
+            return found
+        return dataclasses.replace(found, where=worker[1], process=f" in its DataLoader worker (pid {worker[0]})")
+
+    def _watch_mismatch(self, found: Stuck, peers: dict[int, dict[str, Any]]) -> None:
         """Every rank waits in a collective: named where their flight recorders disagree (number, op, sizes)."""
         mine = self.hang.collective
         if len(peers) != self.world_size - 1 or not mine or mine.get("collective_done"):
@@ -293,7 +306,7 @@ class RankMonitor:
         message = f"rank {self.rank} hung: no progress for {found.silent_s:.0f} s, {verdict[1]}"
         self._name_hung(message, found, others)
 
-    def _name_hung(self, message: str, found: Any, waiting: list[int]) -> None:
+    def _name_hung(self, message: str, found: Stuck, waiting: list[int]) -> None:
         self.hang.named = True
         self.dump_stacks()
         which = {"collective": collective_name(self.hang.collective)} if self.hang.collective else {}
