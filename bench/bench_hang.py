@@ -73,7 +73,7 @@ def own_loop(diverge: bool = False) -> None:
 def config(root: str, stall_s: float) -> workbench.JobConfig:
     return workbench.JobConfig.from_dict({
         "task": {"options": {"n_train": 2048, "n_val": 64}},
-        "train": {"micro_batch_size": 16, "max_steps": 5000, "checkpoint_every_steps": None},
+        "train": {"micro_batch_size": 16, "epochs": 1000, "max_steps": 5000, "checkpoint_every_steps": None},
         "dist": {"procs_per_node": 2, "threads_per_rank": 1, "stall_after_s": stall_s, "lost_after_s": stall_s,
                  "timeout_s": 600},
         "launch": {"run_root": root}})
@@ -88,7 +88,7 @@ def submitted(run: workbench.Run) -> tuple[float, dict]:
 
 
 def sigstop(run: workbench.Run) -> tuple[float, dict]:
-    while (read_json(run.dir.status(1)) or {}).get("step", 0) < 8:
+    while (read_json(run.dir.status(1)) or {}).get("step", 0) < 8:  # 64 steps an epoch, 1000 epochs
         time.sleep(0.1)
     _mark()
     os.kill(read_json(run.dir.status(1))["pid"], signal.SIGSTOP)  # its agent kills it once it is named

@@ -123,7 +123,7 @@ def hang_rounds(rounds: int, stall_s: float, folder: Path) -> None:
             cmd = [sys.executable, str(HANG), shape, str(folder / "runs"), str(stall_s)]
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
             said = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else None
-            if said is None:
+            if said is None or said["message"] is None:
                 raise RuntimeError(f"{shape}: exit {done.returncode}\n{done.stderr[-3000:]}")
             found.setdefault(shape, []).append(said["latency_s"])
             print(f"hang round {i + 1} {shape:12s} {said['latency_s']:6.1f} s  rank {said['rank']} {said['type']}: "
