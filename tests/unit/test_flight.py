@@ -51,3 +51,25 @@ def test_the_recorder_is_on_in_every_rank_unless_the_user_set_it(monkeypatch):
     monkeypatch.setenv(BUFFER_ENV, "0")
     assert recorder_env() == {BUFFER_ENV: "0"}
     assert op_name("gloo:all_reduce") == "all_reduce" and op_name("nccl:_reduce_scatter_base") == "reduce_scatter_base"
+
+
+def test_only_the_forked_workers_of_the_iterator_the_main_thread_waits_on_are_signalled():
+    """A spawned or forkserver worker has no dump handler: the signal would end it, so it is left alone."""
+    import sys
+
+    from workbench.engine.loaderstacks import loader_workers
+
+    forked = type("Popen", (), {"__module__": "multiprocessing.popen_fork"})
+    spawned = type("Popen", (), {"__module__": "multiprocessing.popen_spawn_posix"})
+
+    def worker(pid: int, popen: type) -> object:
+        return type("Process", (), {"pid": pid, "_popen": popen()})()
+
+    class _MultiProcessingDataLoaderIter:  # noqa: N801 - torch's name, which loader_workers looks for
+        _workers = [worker(11, forked), worker(12, spawned), worker(13, forked)]
+
+    def _get_data(self):  # the frame torch's iterator waits in
+        return loader_workers(sys._getframe())
+
+    assert _get_data(_MultiProcessingDataLoaderIter()) == [11, 13]
+    assert loader_workers(sys._getframe()) == []  # not waiting on a DataLoader
