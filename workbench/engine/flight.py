@@ -4,7 +4,7 @@ Every rank's agent sets TORCH_FR_BUFFER_SIZE (BUFFER_SIZE entries unless the use
 each process group records the collectives issued on it, gloo's too: a sequence number per
 group, the op, the tensor sizes, and `retired` once the collective's work completed.  The main
 thread may be blocked in that collective; the heartbeat thread reads the record (a C++ call and
-its JSON: 3.6 ms for BUFFER_SIZE entries on an idle core here, 8 ms at load 10), and only once the
+its JSON: 3.6 ms for BUFFER_SIZE entries at load 1 here, 8 ms at load 10), and only once the
 rank has made no progress for the stall limit, so a healthy step never pays for a read.  Recording
 costs about 4 us of CPU a collective (bench/flight_recorder_overhead.py).
 

@@ -8,7 +8,9 @@ a rank stuck in that code) it is *waiting*; anywhere else it is *stuck* there, a
 innermost frame of the user's code.  A stuck rank whose peers wait in a collective is the hung one:
 it is named with that frame, and (``dist.on_hang: fail``) the run ends with it as the cause, instead
 of every rank failing at the collective's timeout minutes later in the words of a broken
-connection.
+connection.  Which collective comes from the flight recorder's entries the ranks write into
+their statuses (engine.flight): the one the stuck rank never entered (never_entered); where every
+rank waits but not in the same collective or sizes at one number, the odd rank is named (mismatch).
 
 The stall limit, unless ``dist.stall_after_s`` fixes it (then it holds from the start, before the
 first step too), comes from the job's own pace: STEP_FACTOR times the longest gap between two steps
