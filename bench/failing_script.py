@@ -4,6 +4,7 @@
                                             printed) every EVERY_S seconds, without flush
     failing_script.py fail OUT.json         both ranks train a tiny model; after a few steps rank 1
                                             raises, having written the time of the raise to OUT.json
+    failing_script.py hang OUT.json         the same, but rank 1 hangs in Python (a loop that sleeps) instead
 """
 import json
 import sys
@@ -28,6 +29,8 @@ else:
         if rank == 1 and step == 20:
             with open(sys.argv[2], "w") as fh:
                 json.dump({"raised_at": time.time()}, fh)
+            while mode == "hang":  # a bug that never returns: rank 0 waits in the gradient all-reduce
+                time.sleep(0.05)
             raise ValueError("injected failure in the loss")
         model(torch.randn(4, 8)).sum().backward()
         time.sleep(0.01)

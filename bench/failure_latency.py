@@ -11,7 +11,14 @@ The same plain script (bench/failing_script.py, no workbench import), 2 ranks on
   "[workbench] rank 1 ... raised" line; torchrun's "Root Cause" block), the launcher's exit; and
   how many stderr lines and tracebacks the user got.
 
-    python bench/failure_latency.py [--rounds 5] [--lines 20]
+- hang (`--hang-rounds N`, `--only hang`): per shape of user code, rank 1 hangs (asleep in Python at its
+  step 8, or stopped by SIGSTOP, or in a different collective from rank 0), noting when; measured from
+  then to the user holding the named failure: `run.wait()` returning with rank 1 Hung (or Lost) for
+  submitted code, the `[workbench] rank 1 (...) hung` line for `workbench launch`.  Every shape runs with
+  `dist.stall_after_s` (and `dist.lost_after_s`) = --stall-s; a latency is that limit plus the time to see
+  it.  The shapes are those of tests/ddp/test_hang_shapes.py (bench_hang.py holds their code).
+
+    python bench/failure_latency.py [--rounds 5] [--lines 20] [--hang-rounds 1] [--stall-s 10] [--only hang]
 """
 
 from __future__ import annotations
@@ -29,6 +36,13 @@ import time
 from pathlib import Path
 
 SCRIPT = Path(__file__).with_name("failing_script.py")
+HANG = Path(__file__).with_name("bench_hang.py")
+SHAPES = {"factory": "a factory in the submitting file, stuck in its loss",
+          "submit_fn": "submit_fn, stuck in Python",
+          "script": "workbench launch, a script without workbench.log, stuck",
+          "pool": "a warm pool's submit_fn, stuck in Python",
+          "collectives": "submit_fn, ranks in different collectives",
+          "sigstop": "the built-in task, a rank SIGSTOPped (dist.lost_after_s)"}
 SUMMARY = {"torchrun": re.compile(r"Root Cause"), "workbench": re.compile(r"^\[workbench\] rank 1\b.*raised")}
 
 
@@ -81,18 +95,13 @@ def failure(launcher: str, folder: Path) -> dict[str, float]:
             "stderr_lines": len(err), "tracebacks": sum("Traceback" in t for t in err)}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--lines", type=int, default=20)
-    args = parser.parse_args()
-    folder = Path(tempfile.mkdtemp(prefix="failure-bench-"))
+def launcher_rounds(rounds: int, lines: int, folder: Path) -> None:
     lags: dict[str, list[float]] = {"torchrun": [], "workbench": []}
     fails: dict[str, list[dict[str, float]]] = {"torchrun": [], "workbench": []}
-    for i in range(args.rounds):
+    for i in range(rounds):
         order = ("torchrun", "workbench") if i % 2 == 0 else ("workbench", "torchrun")
         for name in order:
-            lags[name].append(print_lag(name, folder, args.lines))
+            lags[name].append(print_lag(name, folder, lines))
             fails[name].append(failure(name, folder))
         print(f"round {i + 1}: " + "; ".join(
             f"{name}: print lag {lags[name][-1]:.3f} s, error shown {fails[name][-1]['named_s']:.2f} s, "
@@ -104,6 +113,39 @@ def main() -> None:
         print(f"{name:9s} median: print lag {statistics.median(lags[name]):.3f} s; from the raise: error shown "
               f"{med['named_s']:.2f} s, summary {med['summary_s']:.2f} s, exit {med['exit_s']:.2f} s; "
               f"{med['stderr_lines']:.0f} stderr lines, {med['tracebacks']:.0f} tracebacks")
+
+
+def hang_rounds(rounds: int, stall_s: float, folder: Path) -> None:
+    """The hang column: per shape, from the hang to the named failure (bench_hang.py runs each shape)."""
+    found: dict[str, list[float]] = {}
+    for i in range(rounds):
+        for shape in SHAPES:
+            cmd = [sys.executable, str(HANG), shape, str(folder / "runs"), str(stall_s)]
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+            said = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else None
+            if said is None or said["message"] is None:
+                raise RuntimeError(f"{shape}: exit {done.returncode}\n{done.stderr[-3000:]}")
+            found.setdefault(shape, []).append(said["latency_s"])
+            print(f"hang round {i + 1} {shape:12s} {said['latency_s']:6.1f} s  rank {said['rank']} {said['type']}: "
+                  f"{said['message'][:160]}", flush=True)
+    for shape, seconds in found.items():
+        print(f"hang {SHAPES[shape]:58s} median {statistics.median(seconds):6.1f} s from the hang to the named failure "
+              f"(limit {stall_s:.0f} s; {len(seconds)} rounds: {', '.join(f'{x:.1f}' for x in seconds)})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--lines", type=int, default=20)
+    parser.add_argument("--hang-rounds", type=int, default=1)
+    parser.add_argument("--stall-s", type=float, default=10.0)
+    parser.add_argument("--only", choices=("launchers", "hang"))
+    args = parser.parse_args()
+    folder = Path(tempfile.mkdtemp(prefix="failure-bench-"))
+    if args.only != "hang":
+        launcher_rounds(args.rounds, args.lines, folder)
+    if args.only != "launchers":
+        hang_rounds(args.hang_rounds, args.stall_s, folder)
 
 
 if __name__ == "__main__":

@@ -282,6 +282,7 @@ def test_a_script_that_never_logs_a_step_is_named_hung_after_the_limit_the_user_
     failure = run.exception()
     assert proc.returncode == 1 and (failure.rank, failure.type) == (1, "Hung"), failure.summary()
     assert failure.where.endswith("in loss_fn") and "rank 0 waits for it in a collective" in failure.message
+    assert "which rank 1 never entered" in failure.message, failure.message  # the flight recorder's collective
     assert "ranks 0:aborted, 1:hung)" in out and "lost" not in out + err, out  # what was named, not "lost"
     assert [r.state for r in run.status().ranks] == ["aborted", "hung"]
     assert_nothing_left(run.folder)
@@ -338,5 +339,6 @@ def test_a_factory_from_the_submitting_file_names_its_hung_rank_on_the_default_e
     said = json.loads(done.stdout.strip().splitlines()[-1])
     assert said["state"] == "failed" and (said["rank"], said["type"]) == (1, "Hung"), said  # long before timeout_s
     assert "submit_it.py:" in said["where"] and said["where"].endswith("in stuck_loss"), said
-    assert "rank 0 waits for it in a collective" in said["message"], said
+    assert "rank 0 waits for it in a collective (all_reduce #" in said["message"], said
+    assert "which rank 1 never entered" in said["message"], said  # the flight recorder's collective, either hook
     assert_nothing_left(Path(said["folder"]))

@@ -211,3 +211,27 @@ def noting_listeners(note: str, **options) -> Task:
         Path(note).write_text(json.dumps(listening(int(os.environ["MASTER_PORT"]))))
 
     return _on_training_call(synthetic_classification(**options), 0, 1, write)
+
+
+class _LoadsThenHangs:
+    """A dataset whose __getitem__ never returns on rank 1 after `items` items (in its DataLoader worker)."""
+
+    def __init__(self, data, items: int):
+        self.data, self.items, self.served = data, items, 0
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, index: int):
+        self.served += 1
+        if os.environ["RANK"] == "1" and self.served > self.items:
+            while True:  # a read that never returns: a stuck file system, a lock, a remote store
+                time.sleep(0.05)
+        return self.data[index]
+
+
+def stuck_loader(items: int = 160, **options) -> Task:
+    """The synthetic task, except that rank 1's DataLoader worker hangs in __getitem__ after `items` items."""
+    task = synthetic_classification(**options)
+    task.train_dataset = _LoadsThenHangs(task.train_dataset, items)
+    return task

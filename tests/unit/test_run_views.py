@@ -86,6 +86,14 @@ def test_a_stalled_run_says_how_long_at_which_step_and_who_holds_it_up_never_a_r
         "rank 0 waits in a collective")
     assert RunStatus("running", [RankStatus(0, "running", 9, 1.0), silent], 9, 100).progress_line() == (
         "stalled 35 s at step 9/100 (9%): rank 1 not answering (no heartbeat for 35 s: stopped or hung)")
+    # the flight recorder's collective, where the waiting ranks' statuses have it
+    recorded = dataclasses.replace(waiting, collective="all_reduce #19")
+    assert RunStatus("running", [recorded, stuck], 9, None).progress_line() == (
+        "stalled 45 s at step 9: rank 1 at train.py:42 in loss_fn; rank 0 waits in all_reduce #19")
+    assert RunStatus("running", [recorded, dataclasses.replace(stuck, waiting=True, collective="barrier #19")], 9,
+                     None).progress_line() == ("stalled 45 s at step 9: rank 0 waiting in all_reduce #19 at "
+                                               "train.py:80 in step; rank 1 waiting in barrier #19 at train.py:42 "
+                                               "in loss_fn")
     # moving again, or over: the usual line
     assert not RunStatus("running", [RankStatus(0, "running", 9, 1.0)], 9, 100).stall_line()
     ended = RunStatus("failed", [waiting, stuck], 9, 32000, steps_per_s=44.4)

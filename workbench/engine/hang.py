@@ -8,7 +8,9 @@ a rank stuck in that code) it is *waiting*; anywhere else it is *stuck* there, a
 innermost frame of the user's code.  A stuck rank whose peers wait in a collective is the hung one:
 it is named with that frame, and (``dist.on_hang: fail``) the run ends with it as the cause, instead
 of every rank failing at the collective's timeout minutes later in the words of a broken
-connection.
+connection.  Which collective comes from the flight recorder's entries the ranks write into
+their statuses (engine.flight): the one the stuck rank never entered (never_entered); where every
+rank waits but not in the same collective or sizes at one number, the odd rank is named (mismatch).
 
 The stall limit, unless ``dist.stall_after_s`` fixes it (then it holds from the start, before the
 first step too), comes from the job's own pace: STEP_FACTOR times the longest gap between two steps
@@ -29,8 +31,12 @@ import os
 import sys
 import sysconfig
 import threading
+from collections import Counter
 from dataclasses import dataclass
 from types import FrameType
+from typing import Any
+
+from workbench.engine.flight import last_collective
 
 STALL_FLOOR_S = 60.0
 STARTUP_STALL_S = 300.0
@@ -79,6 +85,8 @@ class Stuck:
     """Its innermost frame of the user's code: "train.py:42 in loss_fn" ("" if none)."""
     still_s: float = 0.0
     """How long its main thread's stack (the functions in it, not their lines) has not changed."""
+    process: str = ""
+    """Where `where` is when not in the rank's own process: " in its DataLoader worker (pid 812)"."""
 
 
 class StallLimit:
@@ -152,6 +160,11 @@ def _installed(name: str) -> bool:
     return f"{os.sep}site-packages{os.sep}" in name or f"{os.sep}dist-packages{os.sep}" in name
 
 
+def is_users(filename: str) -> bool:
+    """Whether a frame's file is the user's code (what where_is names)."""
+    return _users(os.path.realpath(filename), filename) and not _installed(os.path.realpath(filename))
+
+
 def _users(name: str, raw: str) -> bool:
     if _stdlib(name, raw) or name.startswith(_WORKBENCH) or raw.startswith("<"):
         return False
@@ -176,12 +189,61 @@ def stack_shape(frame: FrameType | None) -> tuple[object, ...]:
     return tuple(shape)
 
 
-def hung_message(rank: int, found: Stuck, waiting_peers: list[int]) -> str:
-    """"rank 1 hung: no progress for 12 s, at train.py:42 in loss_fn; rank 0 waits for it in a collective"."""
+def hung_message(rank: int, found: Stuck, waiting_peers: list[int], which: str = "") -> str:
+    """"rank 1 hung: no progress for 12 s, at train.py:42 in loss_fn; rank 0 waits for it in a collective
+    (all_reduce #21, which rank 1 never entered; its last was all_reduce #20)"."""
     peers = ", ".join(map(str, waiting_peers))
     whom = f"rank {peers} waits" if len(waiting_peers) == 1 else f"ranks {peers} wait"
-    at = f", at {found.where}" if found.where else ""
-    return f"rank {rank} hung: no progress for {found.silent_s:.0f} s{at}; {whom} for it in a collective"
+    at = f", at {found.where}{found.process}" if found.where else ""
+    return f"rank {rank} hung: no progress for {found.silent_s:.0f} s{at}; {whom} for it in a collective{which}"
+
+
+def collective_name(entry: dict[str, Any]) -> str:
+    """A status's latest collective: "all_reduce #21"."""
+    return f"{entry.get('collective')} #{entry.get('collective_seq')}"
+
+
+def never_entered(rank: int, mine: dict[str, Any] | None, peers: dict[int, dict[str, Any]]) -> str:
+    """For a rank stuck outside a collective: which collective its peers wait in and that it never
+    entered it, from the flight recorder's entries in their statuses ("" when none recorded)."""
+    open_ = [s for s in peers.values() if s.get("collective_seq") and s.get("collective_done") is False]
+    if not open_:
+        return ""
+    top = max(open_, key=lambda s: int(s["collective_seq"]))
+    mine_seq = int((mine or {}).get("collective_seq") or 0)
+    if mine_seq >= int(top["collective_seq"]):
+        return f" ({collective_name(top)})"
+    last = f"; its last was {collective_name(mine)}" if mine else "; it entered none"
+    return f" ({collective_name(top)}, which rank {rank} never entered{last})"
+
+
+def _key(entry: dict[str, Any]) -> tuple[int, str, str]:
+    return int(entry.get("collective_seq") or 0), str(entry.get("collective")), str(entry.get("collective_sizes"))
+
+
+def mismatch(entries: dict[int, dict[str, Any]]) -> tuple[int, str] | None:
+    """Every rank waits in a collective: where they are not in the same one (the flight recorder's
+    number, op and sizes differ), the rank to name and what differs; None where all agree.  The rank
+    named is the lowest outside the largest group that agrees (ties: the group of the lowest rank)."""
+    keys = {rank: _key(entry) for rank, entry in sorted(entries.items())}
+    if len(set(keys.values())) < 2:
+        return None
+    counts = Counter(keys.values())
+    reference = max(counts, key=lambda k: (counts[k], -min(r for r in keys if keys[r] == k)))
+    culprit = min(rank for rank in keys if keys[rank] != reference)
+    seqs, ops = {k[0] for k in keys.values()}, {k[1] for k in keys.values()}
+    if len(seqs) > 1:
+        what = "ranks in different collectives"
+    elif len(ops) > 1:
+        what = f"ranks in different collectives at the same number #{reference[0]}"
+    else:
+        what = f"mismatched sizes in {reference[1]} #{reference[0]}"
+    return culprit, f"{what}: " + "; ".join(_in(rank, entries[rank]) for rank in keys)
+
+
+def _in(rank: int, entry: dict[str, Any]) -> str:
+    at = f" at {entry['where']}" if entry.get("where") else ""
+    return f"rank {rank} in {collective_name(entry)} of sizes {entry.get('collective_sizes')}{at}"
 
 
 class HangWatch:
@@ -198,6 +260,8 @@ class HangWatch:
         self._since = 0.0
         self._shape: tuple[object, ...] = ()
         self._still_since = 0.0
+        self.collective: dict[str, Any] | None = None
+        """Its latest collective (engine.flight), read only once it has made no progress for the limit."""
 
     def beat(self, step: int, output_lines: int, now: float) -> Stuck | None:
         """Note progress; where the main thread is stuck, once it has made none for the limit."""
@@ -209,6 +273,7 @@ class HangWatch:
         if shape != self._shape:
             self._shape, self._still_since = shape, now
         self.found = stuck(now - self._since, self.limit, frame, now - self._still_since)
+        self.collective = last_collective() if self.found is not None else None
         return self.found
 
     def fields(self) -> dict[str, object]:
@@ -218,7 +283,7 @@ class HangWatch:
         if self.found is None:
             return {"waiting": False, **named}
         return {"waiting": self.found.waiting, "where": self.found.where, "stuck_s": round(self.found.silent_s, 1),
-                **named}
+                **(self.collective or {}), **named}
 
 
 def stack_text(frame: FrameType | None) -> str:

@@ -11,6 +11,7 @@ the run folder (faulthandler) and reports the rank as stalled: a hang shows wher
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import faulthandler
 import os
 import threading
@@ -21,7 +22,20 @@ from pathlib import Path
 from typing import Any
 
 from workbench.config.sections import DistConfig
-from workbench.engine.hang import HangWatch, hung_message, main_frame, stack_text
+from workbench.engine import loaderstacks
+from workbench.engine.flight import last_collective
+from workbench.engine.hang import (
+    HangWatch,
+    Stuck,
+    collective_name,
+    hung_message,
+    is_users,
+    main_frame,
+    mismatch,
+    never_entered,
+    stack_text,
+    where_is,
+)
 from workbench.engine.mirrors import NoMirrors
 from workbench.engine.userframes import user_traceback
 from workbench.proctree import Proc
@@ -108,6 +122,7 @@ class RankMonitor:
         run.error(rank).unlink(missing_ok=True)  # a requeued attempt starts clean
 
     def start(self) -> RankMonitor:
+        loaderstacks.arm()  # before any DataLoader forks its workers: they inherit the dump handler
         self.write_status()
         self._thread.start()
         return self
@@ -236,42 +251,81 @@ class RankMonitor:
         data = self.run.read_status(peer)  # None when absent or damaged: then it proves nothing
         silent = (now or time.time()) - data["time"] if data else 0.0
         if data and data.get("state") in ACTIVE and is_lost(silent, self.lost_after_s, data["state"]):
-            message = lost_message(peer, silent, noticed_by=self.rank, there=process_there(data))
+            message = lost_message(peer, silent, noticed_by=self.rank, there=process_there(data)) + self._waits_in()
             write_error(self.run, peer, error_record(peer, "Lost", message,
                                                      "", self.attempt, data.get("host", ""), data.get("step"),
                                                      reported_by=self.rank, last_seen=data["time"]))
 
+    def _waits_in(self) -> str:
+        """"; rank 0 waits for it in all_reduce #21 at train.py:40 in step", where this rank's flight
+        recorder has a collective it entered and that has not completed (engine.flight)."""
+        mine = last_collective()
+        if not mine or mine.get("collective_done") is not False:
+            return ""
+        where = where_is(main_frame())[1]
+        return f"; rank {self.rank} waits for it in {collective_name(mine)}" + (f" at {where}" if where else "")
+
     def _watch_hang(self, now: float | None = None) -> None:
         """A rank stuck outside a collective for the stall limit while a peer waits in one is hung:
-        named once, with where it is stuck (engine.hang); dist.on_hang=fail ends the run with it as
-        the cause (its error file: every rank stops, its agent ends it)."""
+        named once, with where it is stuck and the collective it never entered (engine.hang,
+        engine.flight); ranks that all wait, but in different collectives (or sizes) at the same
+        number, name the odd one.  dist.on_hang=fail ends the run with it as the cause (its error
+        file: every rank stops, its agent ends it)."""
         found = self.hang.beat(self.step, self.output_seen, now or time.time())
-        if found is None or found.waiting or self.state != "running" or self.hang.named:
+        if found is None or self.state != "running" or self.hang.named:
             return
         if not self.hang.limit.names(found):
             return  # before its first step: imports, compilation, a download while the others wait
-        waiting = self._waiting_peers()
-        if not waiting:
+        peers = self._waiting_peers()
+        if found.waiting:
+            self._watch_mismatch(found, peers)
+        elif peers:
+            found = self._in_loader_worker(found)
+            which = never_entered(self.rank, self.hang.collective, peers)
+            self._name_hung(hung_message(self.rank, found, sorted(peers), which), found, sorted(peers))
+
+    def _in_loader_worker(self, found: Stuck) -> Stuck:
+        """Where its DataLoader worker is stuck, when its main thread waits for one (engine.loaderstacks)."""
+        worker = loaderstacks.stuck_worker(main_frame(), is_users)
+        if worker is None:
+            return found
+        return dataclasses.replace(found, where=worker[1], process=f" in its DataLoader worker (pid {worker[0]})")
+
+    def _watch_mismatch(self, found: Stuck, peers: dict[int, dict[str, Any]]) -> None:
+        """Every rank waits in a collective: named where their flight recorders disagree (number, op, sizes)."""
+        mine = self.hang.collective
+        if len(peers) != self.world_size - 1 or not mine or mine.get("collective_done"):
             return
+        entries = {**peers, self.rank: {**mine, "where": found.where}}
+        if any(not e.get("collective_seq") or e.get("collective_done") is not False for e in entries.values()):
+            return
+        verdict = mismatch(entries)
+        if verdict is None or verdict[0] != self.rank:
+            return  # all in the same collective (a lost peer is the neighbour's to name), or another's to name
+        others = sorted(peers)
+        message = f"rank {self.rank} hung: no progress for {found.silent_s:.0f} s, {verdict[1]}"
+        self._name_hung(message, found, others)
+
+    def _name_hung(self, message: str, found: Stuck, waiting: list[int]) -> None:
         self.hang.named = True
-        message = hung_message(self.rank, found, waiting)
         self.dump_stacks()
+        which = {"collective": collective_name(self.hang.collective)} if self.hang.collective else {}
         self.event(events.HUNG, message=message, where=found.where, waiting_ranks=waiting,
-                   silent_s=round(found.silent_s, 1))
+                   silent_s=round(found.silent_s, 1), **which)
         if self.on_hang != "fail":
             self.event(events.WARNING, message=f"{message} (dist.on_hang is warn: the run goes on)")
             return
         write_error(self.run, self.rank, error_record(
             self.rank, "Hung", message, stack_text(main_frame()), self.attempt, node_name(), self.step,
-            where=found.where, waiting_ranks=waiting, reported_by="itself"))
+            where=found.where, waiting_ranks=waiting, reported_by="itself", **which))
 
-    def _waiting_peers(self) -> list[int]:
-        """Peers whose status says they wait in a collective (read only when this rank is stuck)."""
-        found = []
+    def _waiting_peers(self) -> dict[int, dict[str, Any]]:
+        """Peers whose status says they wait in a collective, with it (read only when this rank is stuck)."""
+        found = {}
         for rank in range(self.world_size):
             status = self.run.read_status(rank) if rank != self.rank else None
             if status and status.get("state") == "running" and status.get("waiting") is True:
-                found.append(rank)
+                found[rank] = status
         return found
 
     def dump_stacks(self) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.engine.env import DistEnv, export_torchelastic
+from workbench.engine.flight import recorder_env
 from workbench.runfolder.layout import RunDir, read_json, write_json_atomic
 
 
@@ -65,11 +66,13 @@ def attempt() -> int:
 def torchrun_env(error_file: Path) -> dict[str, str]:
     """What torchrun's agent gives each worker besides the rank variables: its error file (where
     torch's @record writes), the signals its handlers turn into a clean exit, NCCL's async error
-    handling; a value the user set is kept."""
+    handling, and PyTorch's flight recorder on (engine.flight: which collective a hung rank is in);
+    a value the user set is kept."""
     return {"TORCHELASTIC_ERROR_FILE": str(error_file),
             "TORCHELASTIC_SIGNALS_TO_HANDLE": os.environ.get("TORCHELASTIC_SIGNALS_TO_HANDLE",
                                                              "SIGTERM,SIGINT,SIGHUP,SIGQUIT"),
-            "TORCH_NCCL_ASYNC_ERROR_HANDLING": os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")}
+            "TORCH_NCCL_ASYNC_ERROR_HANDLING": os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
+            **recorder_env()}
 
 
 def free_port(host: str = "127.0.0.1") -> int:

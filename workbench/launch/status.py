@@ -59,6 +59,9 @@ class RankStatus:
     ("train.py:42 in loss_fn"), as its heartbeat found it ("" when not known)."""
     waiting: bool = False
     """While stalled: its main thread waits in a collective (for a peer), not in the user's own code."""
+    collective: str = ""
+    """While stalled: the collective it entered last and that has not completed, by the flight recorder
+    ("all_reduce #19"; "" when none or not recorded)."""
 
 
 @dataclass
@@ -139,7 +142,8 @@ class RunStatus:
         waiting = [r.rank for r in stalled if r.waiting and r not in holding]
         if waiting:
             who = f"rank {waiting[0]} waits" if len(waiting) == 1 else f"ranks {_listed(waiting)} wait"
-            parts.append(f"{who} in a collective")
+            named = {r.collective for r in stalled if r.rank in waiting}
+            parts.append(f"{who} in {named.pop() if len(named) == 1 and '' not in named else 'a collective'}")
         return f"stalled {seconds:.0f} s at {self._where_in_run()}: " + "; ".join(parts)
 
     def frame(self) -> pd.DataFrame:
@@ -163,7 +167,7 @@ def _held_up_by(rank: RankStatus) -> str:
         return (f"rank {rank.rank} not answering (no heartbeat for {rank.heartbeat_age_s or 0:.0f} s: "
                 "stopped or hung)")
     at = f" at {rank.where}" if rank.where else ""
-    return f"rank {rank.rank}" + (f" waiting in a collective{at}" if rank.waiting else at)
+    return f"rank {rank.rank}" + (f" waiting in {rank.collective or 'a collective'}{at}" if rank.waiting else at)
 
 
 def _listed(ranks: list[int]) -> str:
@@ -204,7 +208,7 @@ def rank_statuses(run: RunDir, world_size: int, job_done: bool, logged: dict[int
         stalled = bool(data.get("stalled")) and state == "running"
         out.append(RankStatus(rank, state, step, round(age, 2), data.get("host", ""), data.get("pid"),
                               data.get("attempt", 0), live == "silent", stalled, data.get("in_sync"),
-                              data.get("output_lines", 0), *(_stall(data, now) if stalled else (None, "", False))))
+                              data.get("output_lines", 0), *(_stall(data, now) if stalled else (None, "", False, ""))))
     return out
 
 
@@ -225,17 +229,20 @@ def ended_unsaid(run: RunDir, rank: int, state: str, data: Mapping[str, Any]) ->
     return "hung" if hung else ("lost" if state in ACTIVE else state)
 
 
-def _stall(data: Mapping[str, Any], now: float) -> tuple[float | None, str, bool]:
-    """(seconds since its last progress, where it is stuck, waiting in a collective) of a stalled rank,
-    from its status: `stalled_since` (else the hang watch's `stuck_s` at the beat), `where`, `waiting`."""
+def _stall(data: Mapping[str, Any], now: float) -> tuple[float | None, str, bool, str]:
+    """(seconds since its last progress, where it is stuck, waiting in a collective, which one) of a
+    stalled rank, from its status: `stalled_since` (else the hang watch's `stuck_s` at the beat), `where`,
+    `waiting`, and the flight recorder's latest entry while it has not completed."""
     if "stalled_since" in data:
         seconds: float | None = max(0.0, now - float(data["stalled_since"]))
     elif "stuck_s" in data:
         seconds = float(data["stuck_s"]) + max(0.0, now - float(data["time"]))
     else:
         seconds = None
+    open_ = data.get("collective") and data.get("collective_done") is False
+    which = f"{data['collective']} #{data.get('collective_seq')}" if open_ else ""
     return (round(seconds, 1) if seconds is not None else None, str(data.get("where") or ""),
-            data.get("waiting") is True)
+            data.get("waiting") is True, which)
 
 
 def pruned_mark(meta: Mapping[str, Any]) -> bool:

@@ -145,7 +145,8 @@ STATUS = Schema(
     "status", {"state": _text, "time": _finite},
     {"rank": _rank, "step": _whole, "pid": _whole, "pid_start": _whole, "host": _text, "attempt": _whole,
      "stalled": _flag, "stalled_since": _finite, "waiting": _flag, "where": _text, "stuck_s": _finite,
-     "hung": _flag, "in_sync": _optional(_flag), "output_lines": _whole})
+     "hung": _flag, "in_sync": _optional(_flag), "output_lines": _whole,
+     "collective": _text, "collective_seq": _whole, "collective_sizes": _text, "collective_done": _flag})
 ERROR = Schema(
     "error", {"type": _text, "message": _text, "rank": _rank_or_controller},
     {"traceback": _text, "traceback_full": _text, "time": _finite, "step": _optional(_whole), "host": _text,

@@ -3,6 +3,9 @@
     faults.py raise RANK       RANK raises ValueError in its loss after a few steps ("both": every rank)
     faults.py hang RANK        RANK hangs in its loss (in Python, its threads alive) after a few steps
     faults.py hang-unlogged RANK   the same, in a script that never calls workbench.log: it has no step
+    faults.py skip RANK        no workbench.log, prints without flush: RANK skips one of the all_reduces every
+                               rank makes each step, so at the end it waits at the barrier while the others
+                               wait in their last all_reduce (different collectives at one number)
     faults.py print GATE       rank 0 prints to stdout and stderr in turn, then "ready", all without flush,
                                then waits until the file GATE exists
     faults.py train STEPS      trains STEPS steps, logging each (workbench.log)
@@ -42,6 +45,14 @@ if mode == "print":
         while not os.path.exists(arg):
             time.sleep(0.02)
     dist.barrier()
+elif mode == "skip":
+    for step in range(1, 101):
+        metric = torch.ones(1) * step
+        if not (step == 5 and arg == str(rank)):  # a rank that skips a collective (its batch was empty, say)
+            dist.all_reduce(metric)  # all ranks must reach this, every step
+        print(f"step {step} metric {metric.item()}")  # no flush, as user scripts print
+        time.sleep(0.02)
+    dist.barrier()  # RANK gets here one collective early: the others still wait in their last all_reduce
 else:
     steps = int(arg) if mode == "train" else 1000
     for step in range(1, steps + 1):
