@@ -27,6 +27,7 @@ from workbench.proctree import Proc
 from workbench.runfolder.layout import SHARDED_TRAINER_STATE, RunDir, default_run_dir, safe_name
 from workbench.runfolder.private import private_umask, write_atomic
 from workbench.runfolder.provenance import submit_provenance
+from workbench.testhook import kill_point
 
 
 def submit(cfg: JobConfig, task: Callable[..., Any] | None = None, run_dir: str | Path | None = None, *,
@@ -165,6 +166,7 @@ def _start(cfg: JobConfig, run_dir: str | Path | None, *, job: Any = None, from_
         _say_resize(run, cfg)
         _prepare(run, cfg, {**(facts or {}), **submit_provenance()}, existed)
         _write_task(run, job)
+        kill_point("submit.prepared")  # a test hook: the run folder is made, nothing started
         try:
             handle = launcher.hand_over(cfg, run, stop_with_caller)
         except SubmitError:  # the scheduler refused it (SLURM's words): no job, so no run folder either
