@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from workbench.errors import ConfigError, DamagedFileWarning, RunFolderError
+from workbench.errors import ConfigError, DamagedFileWarning, NotWrittenError, RunFolderError
 from workbench.runfolder.layout import SweepDir
 from workbench.sweeps import space as sp
 
@@ -82,6 +82,9 @@ def check_journal(folder: SweepDir, repair: bool) -> None:
     journal, a line that is not JSON before the last, or no study left: one RunFolderError line."""
     from workbench.runfolder.private import open_private, read_bounded
     path = folder.journal
+    if repair and path.is_symlink():  # Optuna appends with open(): it would write through the link
+        raise NotWrittenError(f"{path}: a symbolic link, not the sweep's own journal: the workbench does not write "
+                              "through it; resume a copy of the sweep folder whose journal is a file")
     try:
         data = read_bounded(path, JOURNAL_MAX_BYTES + 1)
     except FileNotFoundError:
