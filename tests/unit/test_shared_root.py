@@ -365,3 +365,19 @@ def test_a_sweep_whose_journal_is_a_link_is_not_resumed_through_it(tmp_path):
         workbench.Sweep.load(folder.root, background=False)
     assert target.read_bytes() == before
     assert len(workbench.Sweep.load(folder.root, resume=False).frame()) == 1  # a read-only view reads it
+
+
+def test_a_rank_does_not_unpickle_a_task_pkl_planted_in_a_folder_others_can_write(tmp_path):
+    """The rank's own read of task.pkl (issue 30: the rank side of 'no pickle from untrusted folders')."""
+    from workbench.engine.tasks import load_task_factory
+
+    folder = write_run(tmp_path, "run", 1, "none", steps=2)
+    marker = tmp_path / "ran"
+    write_atomic(RunDir(folder).task_pickle, pickle.dumps(_Planted(marker)))
+    os.chmod(folder, 0o777)
+    with pytest.raises(UntrustedFileError, match=r"task.pkl: not unpickled: the folder is writable by others"):
+        load_task_factory(RunDir(folder))
+    assert not marker.exists()
+    os.chmod(folder, 0o700)
+    load_task_factory(RunDir(folder))  # the submitter's own private folder: read as before
+    assert marker.is_dir()
