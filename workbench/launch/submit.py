@@ -186,6 +186,7 @@ class FreshRanks:
         with private_umask():  # submitit's pickles and logs, and every process it starts, stay private
             executor, contract = make_executor(cfg, run, stop_with_caller)
             job = executor.submit(RankEntry(str(run.root), contract, cfg.launch.max_restarts))
+        kill_point("submit.started")  # a test hook: the controller runs, its job id not yet in run.json
         controller = getattr(job, "_process", None)
         found = Proc.of(controller.pid, group=True) if controller is not None else None
         run.record_job(job.job_id, **({"controller": found.to_dict()} if found else {}))

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from workbench.config.sections import JobConfig
 from workbench.errors import DamagedFileWarning, RunFolderError, SubmitError
+from workbench.launch.ours import unrecorded_controller
 from workbench.launch.run import Run
 from workbench.proctree import Proc
 from workbench.runfolder.layout import SweepDir, sweeps_under
@@ -179,6 +180,10 @@ def _take_over(sweep: Sweep, t: Any) -> None:
     run_dir = sweep.run_dir_of(t)
     run = _loaded(run_dir)
     job_id = str(run.meta.get("job_id") or "") if run is not None else ""
+    orphan = unrecorded_controller(run.dir) if run is not None and not job_id else None
+    if run is not None and orphan is not None:  # started, the driver killed before it noted the job
+        run.dir.record_job(str(orphan.pid), controller=orphan.to_dict())
+        run, job_id = Run.load(run.folder), str(orphan.pid)
     if run is not None and not job_id:  # the old driver stopped while starting it
         run.dir.mark_cancelled(f"sweep {sweep.name}: its driver stopped while starting this trial's run; "
                                "the trial was queued again")
