@@ -79,6 +79,20 @@ def test_provenance_names_the_submitter_and_the_distributed_environment(monkeypa
                                                                           "MASTER_PORT": "1"}
 
 
+def test_the_environment_record_keeps_names_and_redacts_values_that_look_like_secrets():
+    """run.json is read by whoever can read a shared run root (issue 30 item 10): a secret kept
+    under a MASTER_/NCCL_/OMP_ name is named, its value not."""
+    settings = {"MASTER_ADDR": "node-17.cluster.example.org", "MASTER_PORT": "29500", "NCCL_DEBUG": "WARN",
+                "NCCL_IB_HCA": "mlx5_0:1,mlx5_1:1", "NCCL_DEBUG_FILE": "/scratch/me/nccl.%h.%p",
+                "OMP_NUM_THREADS": "4", "OMP_PLACES": "{0:4},{4:4}"}
+    secrets = {"MASTER_TOKEN": "abc", "NCCL_PASSWORD": "hunter2", "OMP_SECRET_KEY": "x",
+               "NCCL_EXTRA": "sk-Ab3dEf9hIjKlMnOpQr5tUv", "MASTER_NOTE": "two words; $(rm -rf)"}
+    found = dist_env({**settings, **secrets, "HOME": "/root"})
+    assert set(found) == set(settings) | set(secrets)
+    assert {k: found[k] for k in secrets} == dict.fromkeys(secrets, "<redacted>")
+    assert {k: found[k] for k in settings} == settings
+
+
 def test_exit_now_keeps_buffered_output_and_the_code_and_skips_teardown(tmp_path):
     """A cold engine worker leaves with worker.exit_now: what it printed (buffered, to a file or a
     pipe) and logged is kept, the exit status is the one given, and nothing of the interpreter's

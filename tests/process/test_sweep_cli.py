@@ -68,3 +68,25 @@ def test_resuming_a_folder_that_is_not_a_sweep_names_it(tmp_path):
     nothing = subprocess.run([*CLI, "sweep"], cwd=REPO, capture_output=True, text=True, timeout=100)
     assert nothing.returncode == 2 and "give the base config" in nothing.stderr, nothing.stderr
     assert Path(tmp_path).is_dir()
+
+
+@pytest.mark.parametrize("damage, words", [
+    (lambda f: f.journal.write_bytes(b"garbage\n" + f.journal.read_bytes()), "study.journal is damaged (line 1"),
+    (lambda f: f.journal.write_bytes(b""), "study.journal is damaged (it is empty)"),
+    (lambda f: f.task_pickle.write_bytes(b"garbage"), "task.pkl is damaged (UnpicklingError"),
+    (lambda f: f.meta.write_bytes(b"{not json"), "sweep.json is damaged"),
+])
+def test_resuming_a_damaged_sweep_is_one_line_naming_the_file_and_exit_2(tmp_path, damage, words):
+    """What a killed driver or a bad copy leaves beyond a torn last line (issue 30 item 6): a traceback
+    and exit 1 before."""
+    from tests.support.sweeps import sweep_folder
+
+    pytest.importorskip("optuna")
+    folder = sweep_folder(tmp_path, told=1)
+    damage(folder)
+    done = subprocess.run([*CLI, "sweep", "--resume", str(folder.root)], cwd=REPO, capture_output=True, text=True,
+                          timeout=100)
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"workbench: {folder.root}/") and words in lines[0], done.stderr
+    assert "workbench.sweep(" in lines[0]

@@ -326,3 +326,58 @@ def test_a_deeply_nested_run_file_is_damaged_not_a_recursion_error(tmp_path):
     assert table["name"].tolist() == ["deep"] and status.state
     assert any("nested too deeply" in str(w.message) for w in caught)
     assert json.loads(run.row_cache.read_text())  # the damaged row was rebuilt
+
+
+def test_the_tensorboard_mirror_and_export_do_not_write_through_a_planted_folder_link(tmp_path):
+    """TensorBoard names its own event files, so a link can only be planted where its folder goes
+    (issue 30: writers not yet covered by 'no write follows a link')."""
+    from workbench.config import JobConfig
+    from workbench.engine.mirrors import TensorBoardMirror
+
+    folder = write_run(tmp_path, "run", 2, "none")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (folder / "tensorboard").symlink_to(elsewhere)
+    with pytest.raises(NotWrittenError, match="tensorboard: a symbolic link, not a folder"):
+        TensorBoardMirror(JobConfig(), RunDir(folder), 0)
+    logdir = tmp_path / "tb"
+    logdir.mkdir()
+    (logdir / "rank0").symlink_to(elsewhere)
+    with pytest.raises(NotWrittenError, match="rank0: a symbolic link, not a folder"):
+        Run.load(folder).to_tensorboard(logdir)
+    assert not list(elsewhere.iterdir())
+    (logdir / "rank0").unlink()
+    Run.load(folder).to_tensorboard(logdir)  # the user's own folders: written as before
+    assert list((logdir / "rank0").iterdir()) and list((logdir / "rank1").iterdir())
+
+
+def test_a_sweep_whose_journal_is_a_link_is_not_resumed_through_it(tmp_path):
+    from tests.support.sweeps import sweep_folder
+
+    pytest.importorskip("optuna")
+    folder = sweep_folder(tmp_path, told=1)
+    target = tmp_path / "target.journal"
+    target.write_bytes(folder.journal.read_bytes())
+    folder.journal.unlink()
+    folder.journal.symlink_to(target)
+    before = target.read_bytes()
+    with pytest.raises(NotWrittenError, match="study.journal: a symbolic link"):
+        workbench.Sweep.load(folder.root, background=False)
+    assert target.read_bytes() == before
+    assert len(workbench.Sweep.load(folder.root, resume=False).frame()) == 1  # a read-only view reads it
+
+
+def test_a_rank_does_not_unpickle_a_task_pkl_planted_in_a_folder_others_can_write(tmp_path):
+    """The rank's own read of task.pkl (issue 30: the rank side of 'no pickle from untrusted folders')."""
+    from workbench.engine.tasks import load_task_factory
+
+    folder = write_run(tmp_path, "run", 1, "none", steps=2)
+    marker = tmp_path / "ran"
+    write_atomic(RunDir(folder).task_pickle, pickle.dumps(_Planted(marker)))
+    os.chmod(folder, 0o777)
+    with pytest.raises(UntrustedFileError, match=r"task.pkl: not unpickled: the folder is writable by others"):
+        load_task_factory(RunDir(folder))
+    assert not marker.exists()
+    os.chmod(folder, 0o700)
+    load_task_factory(RunDir(folder))  # the submitter's own private folder: read as before
+    assert marker.is_dir()

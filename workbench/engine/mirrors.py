@@ -24,7 +24,10 @@ class TensorBoardMirror:
     def __init__(self, cfg: JobConfig, run: RunDir, rank: int):
         from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package
 
-        self.writer = SummaryWriter(log_dir=str(run.tensorboard(rank)), flush_secs=5)
+        from workbench.runfolder.private import own_folder
+
+        folder = own_folder(run.root, run.tensorboard(rank))  # a link planted there: refused, not written through
+        self.writer = SummaryWriter(log_dir=str(folder), flush_secs=5)
 
     def log(self, step: int, values: dict[str, float]) -> None:
         for key, value in values.items():

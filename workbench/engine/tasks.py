@@ -107,10 +107,15 @@ def load_task_factory(run: RunDir) -> Callable[..., Any] | None:
     that module must be importable on the ranks too."""
     import pickle
 
+    from workbench.runfolder.private import check_trusted, open_regular
+
     if not run.task_pickle.exists():
         return None
+    # Written by this run's submitter into its private folder: from another owner's or a folder others
+    # can write, a planted pickle would run as the user (UntrustedFileError); a FIFO is not waited on.
+    check_trusted(run.root, run.task_pickle)
     try:
-        with open(run.task_pickle, "rb") as fh:
+        with open_regular(run.task_pickle) as fh:
             return pickle.load(fh)  # noqa: S301 - written by this run's own submitter
     except ModuleNotFoundError as exc:
         raise ModuleNotFoundError(

@@ -210,15 +210,20 @@ def run_row(folder: Path) -> dict[str, Any]:
 
 
 def _last_eval(run: Run) -> dict[str, float]:
-    """The val_* numbers of the run's last eval event."""
-    events = run.events()
-    if not len(events) or "event" not in events:
+    """The val_* numbers of the run's last eval event (by time, as run.events() orders them), from the
+    records themselves: a frame of every event per folder was a sixth of a first listing."""
+    run.event_summary()
+    evals = [r for r in run._events.records if r.get("event") == "eval"]
+    if not evals:
         return {}
-    evals = events[events["event"] == "eval"]
-    if not len(evals):
-        return {}
-    last = evals.iloc[-1]
-    return {c: float(last[c]) for c in evals.columns if c.startswith("val_") and last[c] == last[c]}
+    untimed = [r for r in evals if not _is_time(r.get("time"))]  # sorted last, as pandas puts NaN
+    last = untimed[-1] if untimed else max(reversed(evals), key=lambda r: r["time"])  # ties: the later one
+    return {c: float(v) for c, v in last.items()
+            if c.startswith("val_") and isinstance(v, (int, float)) and not isinstance(v, bool) and v == v}
+
+
+def _is_time(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
 
 
 def own_code(run: Run) -> bool:
@@ -273,15 +278,33 @@ def loss_metric(frame: pd.DataFrame) -> str | None:
 
 
 def _losses(frame: pd.DataFrame) -> dict[str, Any]:
+    """loss_metric, last_loss and best_loss: reduced_loss's series, read with numpy where the engine
+    logged loss_reduced (boolean indexing of the frame was a quarter of a first listing)."""
+    import numpy as np
+
     from workbench.results.metricview import reduced_loss
 
     metric = loss_metric(frame) if len(frame) else None
     if metric is None:
         return {}
+    if metric == "loss" and "loss_reduced" in frame and "rank" in frame:
+        values = pd_numbers(frame["loss_reduced"])
+        ranks = pd_numbers(frame["rank"])
+        kept = values[(ranks == np.nanmin(ranks)) & ~np.isnan(values)] if np.isfinite(ranks).any() else values[:0]
+        if len(kept):
+            return {"loss_metric": metric, "last_loss": float(kept[-1]), "best_loss": float(kept.min())}
     loss = reduced_loss(frame, "step", metric)["loss"]
     if not len(loss):
         return {"loss_metric": metric}
     return {"loss_metric": metric, "last_loss": float(loss.iloc[-1]), "best_loss": float(loss.min())}
+
+
+def pd_numbers(column: Any) -> Any:
+    """A frame column as float64 numbers, missing ones NaN."""
+    import numpy as np
+    import pandas as pd
+
+    return pd.to_numeric(column, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
 
 
 # --- comparison ------------------------------------------------------------------------------------

@@ -102,3 +102,19 @@ def _pid_reused(proc: Proc) -> bool:
     """The recorded pid runs, but as another process than the record's (another start time)."""
     found = Proc.of(proc.pid)
     return found is not None and bool(proc.start) and found.start != proc.start
+
+
+def unrecorded_controller(run: RunDir) -> Proc | None:
+    """The local controller of this run folder that its submitter started but did not live to record
+    (killed between the start and run.json's job id): the user's own `python -m
+    workbench.launch.local_controller <run>/logs`.  Asked only of a folder whose run.json names no job."""
+    from workbench.proctree import _pids
+
+    for pid in _pids():
+        argv = command_line(pid) if owner_uid(pid) == os.geteuid() else None
+        if not argv or "workbench.launch.local_controller" not in argv:
+            continue
+        proc = Proc.of(pid, group=True)
+        if proc is not None and is_run_command(argv, working_folder(pid), run.root):
+            return proc
+    return None

@@ -246,11 +246,12 @@ class Run:
         if time.monotonic() - self._failed_at > STOP_GRACE_S:
             self._stop_job()
 
-    def cancel(self, by: str = "") -> None:
+    def cancel(self, by: str = "", *, wait: bool = True) -> None:
         """Stop every rank, from any handle (the submitting one, or Run.load after a kernel restart).
         Returns once they are gone (a local run: at most about STOP_GRACE_S).  The latest finished
         checkpoint and all logged metrics stay; the run is reported as cancelled, `by` whom (default:
-        Run.cancel() and the process that called it)."""
+        Run.cancel() and the process that called it).  `wait=False` asks the ranks to stop and returns
+        at once: stopping several runs, ask each first, then wait for each (cancel() again)."""
         if self.job_done() and self.status().done:
             return  # it ended already: a finished run stays finished
         if self._local():
@@ -259,7 +260,22 @@ class Run:
                 self.not_signalled = say_not_signalled(self.folder, refused)
                 return
         self.dir.mark_cancelled(by or f"Run.cancel() in pid {os.getpid()} on {socket.gethostname()}")
-        self._stop_job()
+        if wait:
+            self._stop_job()
+        else:
+            self._ask_stop()
+
+    def _ask_stop(self) -> None:
+        """SIGTERM to the local controller, the pool's cancel file or scancel, without waiting."""
+        if isinstance(self.job, PoolJob):
+            self.job.cancel()
+        elif self._local():
+            controller, refused = signallable(self.dir, ("controller",))
+            for proc in controller:
+                proc.send(signal.SIGTERM)  # it asks its agents to stop; a second SIGTERM changes nothing
+            self.not_signalled = say_not_signalled(self.folder, refused)
+        elif self.job is not None and not self.job_done():
+            self.job.cancel()
 
     def _local(self) -> bool:
         return isinstance(self.job, _LocalPid) or self.meta.get("executor") == "local"

@@ -27,6 +27,7 @@ from workbench.proctree import Proc
 from workbench.runfolder.layout import SHARDED_TRAINER_STATE, RunDir, default_run_dir, safe_name
 from workbench.runfolder.private import private_umask, write_atomic
 from workbench.runfolder.provenance import submit_provenance
+from workbench.testhook import kill_point
 
 
 def submit(cfg: JobConfig, task: Callable[..., Any] | None = None, run_dir: str | Path | None = None, *,
@@ -171,6 +172,7 @@ def _start(cfg: JobConfig, run_dir: str | Path | None, *, job: Any = None, from_
         _say_resize(run, cfg)
         _prepare(run, cfg, {**(facts or {}), **submit_provenance()}, existed)
         _write_task(run, job)
+        kill_point("submit.prepared")  # a test hook: the run folder is made, nothing started
         try:
             handle = launcher.hand_over(cfg, run, stop_with_caller)
         except SubmitError:  # the scheduler refused it (SLURM's words): no job, so no run folder either
@@ -233,6 +235,7 @@ class FreshRanks(Launches):
         with private_umask():  # submitit's pickles and logs, and every process it starts, stay private
             executor, contract = make_executor(cfg, run, stop_with_caller)
             job = executor.submit(RankEntry(str(run.root), contract, cfg.launch.max_restarts))
+        kill_point("submit.started")  # a test hook: the controller runs, its job id not yet in run.json
         controller = getattr(job, "_process", None)
         found = Proc.of(controller.pid, group=True) if controller is not None else None
         run.record_job(job.job_id, **({"controller": found.to_dict()} if found else {}))

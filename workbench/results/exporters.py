@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from workbench.errors import ArgumentError, NotWrittenError
 from workbench.runfolder.layout import tensorboard_rank
-from workbench.runfolder.private import make_dirs, private_umask, replacing
+from workbench.runfolder.private import make_dirs, own_folder, private_umask, replacing
 
 if TYPE_CHECKING:
     from workbench.launch.run import Run
@@ -39,11 +39,13 @@ def to_tensorboard(run: Run, logdir: str | Path) -> Path:
 
 def _write_ranks(writer_class: Any, logdir: Path, frame: Any, evals: Any) -> None:
     for _, part in (frame.groupby("rank") if len(frame) else []):
-        writer = writer_class(log_dir=str(tensorboard_rank(logdir, int(part["rank"].iloc[0]))))
+        folder = own_folder(logdir, tensorboard_rank(logdir, int(part["rank"].iloc[0])))  # no link followed
+        writer = writer_class(log_dir=str(folder))
         _write(writer, part.drop(columns=["wall_time", "elapsed_s", "samples"], errors="ignore").to_dict("records"))
     if len(evals):
         columns = ["step", "time", *(str(c) for c in evals.columns if str(c).startswith("val_"))]
-        _write(writer_class(log_dir=str(tensorboard_rank(logdir, 0))), evals[columns].to_dict("records"))
+        _write(writer_class(log_dir=str(own_folder(logdir, tensorboard_rank(logdir, 0)))),
+               evals[columns].to_dict("records"))
 
 
 def _write(writer: Any, records: list[dict[Any, Any]]) -> None:

@@ -62,6 +62,8 @@ class RankFailure:
         return f"rank {self.rank} ({facts})"
 
     def __str__(self) -> str:
+        if self.rank < 0:  # the controller's record names it ("the local controller (pid N) was killed ...")
+            return self.message or f"{self.who}: {self.type}"
         if self.type in PROCESS_KINDS:
             return f"{self.who}: {self.message}"
         return f"{self.who} raised {self.type}: {self.message}"

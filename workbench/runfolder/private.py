@@ -107,6 +107,27 @@ def replacing(path: str | os.PathLike[str], mode: str = "wb", **kwargs: Any) -> 
         raise
 
 
+def own_folder(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> Path:
+    """Make the folder `path` inside `root` (0700 where made) for a writer that names its own files
+    there (TensorBoard's event files): no folder from `root` down to `path` may be a link (or anything
+    but a folder), else NotWrittenError; a link planted there would take the files elsewhere."""
+    root, path = Path(root), Path(path)
+    inside = path.relative_to(root).parts
+    folders = [root.joinpath(*inside[:n]) for n in range(1, len(inside) + 1)]
+    for check in (False, True):  # before making anything, and once made
+        for folder in folders:
+            found = _lstat(folder)
+            if found is None and not check:
+                break
+            if found is None or not stat.S_ISDIR(found.st_mode):
+                what = kind_of(found.st_mode) if found is not None else "missing"
+                raise NotWrittenError(f"{folder}: {what}, not a folder: the workbench does not write through it; "
+                                      "remove it and try again")
+        if not check:
+            make_dirs(path)
+    return path
+
+
 def write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
     """Write `data` to a private temp file in the same folder and rename it over `path`: readers
     never see half a file, and the result is 0600 (`replacing`)."""

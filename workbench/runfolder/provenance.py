@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import subprocess
 import sys
 from importlib import metadata
@@ -48,8 +49,28 @@ def git_state(folder: str) -> dict[str, Any] | None:
     return {"commit": commit.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
 
 
+REDACTED = "<redacted>"
+SECRET_NAME = re.compile(r"TOKEN|SECRET|PASS|KEY|CREDENTIAL|AUTH|COOKIE|PRIVATE|SIGNATURE|CERT", re.IGNORECASE)
+"""A variable so named holds a secret whatever its value looks like."""
+SETTING = re.compile(r"[\w.,:;=/@%+{}-]{0,256}")
+"""What a setting's value looks like: a number, a word, an interface, a host, a path, OMP_PLACES'
+{0:4}, a list of them."""
+TOKEN = re.compile(r"(?=[A-Za-z0-9+/_=-]*[0-9])(?=[A-Za-z0-9+/_=-]*[a-z])(?=[A-Za-z0-9+/_=-]*[A-Z])"
+                   r"[A-Za-z0-9+/_=-]{20,}")
+"""A run of 20 or more letters and digits with upper and lower case and digits: a key or token."""
+
+
 def dist_env(environ: Any) -> dict[str, str]:
-    return {k: v for k, v in sorted(environ.items()) if k.startswith(DIST_ENV_PREFIXES)}
+    """The variables that change distributed behaviour (DIST_ENV_PREFIXES), each name kept; a value
+    that looks like a secret (its name says so, or it is no setting's shape, or it holds a token) is
+    recorded as REDACTED: run.json is read by whoever can read the run root."""
+    return {k: _shown_value(k, v) for k, v in sorted(environ.items()) if k.startswith(DIST_ENV_PREFIXES)}
+
+
+def _shown_value(name: str, value: str) -> str:
+    if SECRET_NAME.search(name) or not SETTING.fullmatch(value) or TOKEN.search(value):
+        return REDACTED
+    return value
 
 
 def _version(name: str) -> str | None:

@@ -3,11 +3,15 @@ the sweep folder, samplers and pruners by name, and the swept task or function k
 
 from __future__ import annotations
 
+import json
 import math
+import pickle
+import warnings
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from workbench.errors import ConfigError
+from workbench.errors import ConfigError, DamagedFileWarning, NotWrittenError, RunFolderError
 from workbench.runfolder.layout import SweepDir
 from workbench.sweeps import space as sp
 
@@ -50,8 +54,67 @@ def read_work(folder: SweepDir, trust: bool = False) -> dict[str, Any]:
     from workbench.runfolder.private import check_trusted, open_regular
 
     check_trusted(folder.root, folder.task_pickle, trust)
-    with open_regular(folder.task_pickle) as fh:
-        return dict(cloudpickle.load(fh))
+    try:
+        with open_regular(folder.task_pickle) as fh:
+            work = cloudpickle.load(fh)
+    except (OSError, EOFError, ImportError, AttributeError, pickle.UnpicklingError, ValueError, TypeError) as exc:
+        raise damaged(folder, folder.task_pickle, f"{type(exc).__name__}: {exc}") from None
+    if not isinstance(work, dict):
+        raise damaged(folder, folder.task_pickle, f"it holds a {type(work).__name__}, not the sweep's work")
+    return work
+
+
+def damaged(folder: SweepDir, path: Path, why: str) -> RunFolderError:
+    """The one line for a sweep file that cannot be read back: which, why, and what to do."""
+    return RunFolderError(f"{path}: the sweep's {path.name} is damaged ({why}); the sweep cannot be resumed from "
+                          f"{folder.root.name}: its trials' run folders stay readable (workbench.runs), and "
+                          "workbench.sweep(...) with the same space starts it again")
+
+
+JOURNAL_MAX_BYTES = 1 << 30
+"""A study journal larger than this is not read (a sweep's reports take kilobytes per trial)."""
+
+
+def check_journal(folder: SweepDir, repair: bool) -> None:
+    """The study's journal, checked before Optuna reads it: one JSON object a line.  A torn last line
+    (what a writer killed mid-line leaves) is dropped with `repair` (a DamagedFileWarning says so):
+    Optuna would append the next line to it and never read either again.  A missing or empty
+    journal, a line that is not JSON before the last, or no study left: one RunFolderError line."""
+    from workbench.runfolder.private import open_private, read_bounded
+    path = folder.journal
+    if repair and path.is_symlink():  # Optuna appends with open(): it would write through the link
+        raise NotWrittenError(f"{path}: a symbolic link, not the sweep's own journal: the workbench does not write "
+                              "through it; resume a copy of the sweep folder whose journal is a file")
+    try:
+        data = read_bounded(path, JOURNAL_MAX_BYTES + 1)
+    except FileNotFoundError:
+        raise damaged(folder, path, "it is missing: the study's trials were recorded there") from None
+    except OSError as exc:
+        raise damaged(folder, path, exc.strerror or str(exc)) from None
+    if len(data) > JOURNAL_MAX_BYTES:
+        raise damaged(folder, path, f"over {JOURNAL_MAX_BYTES >> 20} MiB")
+    lines = data.splitlines(keepends=True)
+    bad = [n for n, line in enumerate(lines, 1) if not _journal_line(line)]
+    torn = bad == [len(lines)]
+    if (bad and not torn) or len(lines) - len(bad) == 0:
+        why = "it is empty" if not data.strip() else f"line {bad[0]} is not a JSON record" if bad and not torn \
+            else "its only line is torn"
+        raise damaged(folder, path, why)
+    if torn and repair:
+        keep = len(data) - len(lines[-1])
+        with open_private(path, "r+b") as fh:  # O_NOFOLLOW, a regular file: nothing written through a link
+            fh.truncate(keep)
+        warnings.warn(f"{path}: its last line was torn (a driver killed while writing it) and is dropped; "
+                      "the sweep goes on from the line before", DamagedFileWarning, stacklevel=2)
+
+
+def _journal_line(line: bytes) -> bool:
+    if not line.endswith(b"\n"):
+        return False
+    try:
+        return isinstance(json.loads(line), dict)
+    except ValueError:
+        return False
 
 
 def label(given: Any, default: str) -> str:

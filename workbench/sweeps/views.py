@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workbench.config.sections import JobConfig
-from workbench.errors import RunFolderError, SubmitError
+from workbench.errors import DamagedFileWarning, RunFolderError, SubmitError
+from workbench.launch.ours import unrecorded_controller
 from workbench.launch.run import Run
 from workbench.proctree import Proc
 from workbench.runfolder.layout import SweepDir, sweeps_under
 from workbench.sweeps import space as sp
+from workbench.sweeps.study import damaged
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -72,7 +75,7 @@ def _row(sweep: Sweep, t: Any, metric: str) -> dict[str, Any]:
            f"{metric}_last": t.value if t.value is not None else (series[-1] if series else None),
            "steps": attrs.get("steps"), "seconds": attrs.get("seconds"),
            "start_latency_s": attrs.get("start_latency_s"), "note": attrs.get("why") or attrs.get("error"),
-           "run": attrs.get("run_dir")}
+           "run": str(sweep.run_dir_of(t)) if attrs.get("run_dir") else None}
     active = sweep.active.get(t.number)
     if active is not None and t.state.name == "RUNNING":
         status = active.run.status()
@@ -85,26 +88,56 @@ def open_sweep(cls: type[Sweep], folder: SweepDir, pool: Any, sampler: Any, prun
     """The sweep in `folder`; its task or function (task.pkl) is unpickled only to `resume` it (a
     read-only view submits nothing), and only from a folder that is the user's own and private, or
     with `trust` (runfolder.private.check_trusted)."""
-    from workbench.sweeps.study import PRUNERS, SAMPLERS, make_pruner, make_sampler, optuna_module, read_work, storage
+    from workbench.sweeps.study import (
+        PRUNERS,
+        SAMPLERS,
+        check_journal,
+        make_pruner,
+        make_sampler,
+        optuna_module,
+        read_work,
+        storage,
+    )
 
-    meta = folder.read_meta() if folder.root.is_dir() else None
-    if meta is None or "space" not in meta:
-        why = "no such folder" if not folder.root.is_dir() else "no sweep.json"
-        raise RunFolderError(f"{folder.root}: not a sweep folder ({why}); give the folder workbench.sweep printed, "
-                             "e.g. runs/sweep-quickstart-20250101-120000-000 (workbench.sweeps.list_sweeps() lists "
-                             "them)")
+    meta = _sweep_meta(folder)
     optuna = optuna_module()
     space = sp.space_from_json(meta["space"])
     named = meta.get("sampler") if meta.get("sampler") in SAMPLERS else None
     pruned = meta.get("pruner") if meta.get("pruner") in PRUNERS else None
     made_sampler = make_sampler(sampler or named, space)
-    study = optuna.load_study(study_name="sweep", storage=storage(folder), sampler=made_sampler,
-                              pruner=make_pruner(pruner or pruned, made_sampler))
+    check_journal(folder, repair=resume and not driving(meta))
+    try:
+        study = optuna.load_study(study_name="sweep", storage=storage(folder), sampler=made_sampler,
+                                  pruner=make_pruner(pruner or pruned, made_sampler))
+    except Exception as exc:  # noqa: BLE001 - lines of JSON that are no study: damaged, one line
+        raise damaged(folder, folder.journal, f"Optuna cannot read it back ({type(exc).__name__}: {exc})") from None
     work = read_work(folder, trust) if resume else {}
     return cls(folder, study, space, JobConfig.from_yaml(folder.config), trials=int(meta["trials"]),
                parallel=int(meta.get("parallel") or 1), metric=str(meta["metric"]), task=work.get("task"),
                fn=work.get("fn"), fn_args=tuple(work.get("fn_args") or ()), pool=pool,
                stop_with_caller=stop_with_caller, on_event=on_event)
+
+
+SWEEP_FIELDS = {"space": dict, "trials": int, "metric": str}
+"""The fields of sweep.json a sweep cannot be reopened without, and their types."""
+
+
+def _sweep_meta(folder: SweepDir) -> dict[str, Any]:
+    """sweep.json, or one RunFolderError line: no such folder, no sweep.json, or a damaged one."""
+    with warnings.catch_warnings():  # a damaged sweep.json is said once, in the error
+        warnings.simplefilter("ignore", DamagedFileWarning)
+        meta = folder.read_meta() if folder.root.is_dir() else None
+    if meta is None and folder.meta.exists():
+        raise damaged(folder, folder.meta, "it is not a JSON object")
+    if meta is None:
+        why = "no such folder" if not folder.root.is_dir() else "no sweep.json"
+        raise RunFolderError(f"{folder.root}: not a sweep folder ({why}); give the folder workbench.sweep printed, "
+                             "e.g. runs/sweep-quickstart-20250101-120000-000 (workbench.sweeps.list_sweeps() lists "
+                             "them)")
+    wrong = [f for f, kind in SWEEP_FIELDS.items() if not isinstance(meta.get(f), kind)]
+    if wrong:
+        raise damaged(folder, folder.meta, f"{', '.join(wrong)} missing or of the wrong type")
+    return meta
 
 
 def driving(meta: dict[str, Any]) -> bool:
@@ -134,31 +167,64 @@ def reattach(sweep: Sweep) -> None:
     sweep.dir.update_meta(finished=None, cancelled=None,
                           requeued=[*(meta.get("requeued") or []), *(t.number for t in again)])
     for t in sweep.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        trial = optuna.trial.Trial(sweep.study, t._trial_id)
-        run_dir = t.user_attrs.get("run_dir")
-        run = _loaded(run_dir)
-        job_id = str(run.meta.get("job_id") or "") if run is not None else ""
-        if run is not None and not job_id:  # the old driver stopped while starting it
-            run.dir.mark_cancelled(f"sweep {sweep.name}: its driver stopped while starting this trial's run; "
-                                   "the trial was queued again")
-            run = None
-        if run is not None and sweep.arrays is not None and sweep.arrays.hand_over_again(job_id, run.dir, t.number):
-            state = "handed to its element"  # prepared, its element still waiting for the answer
-        else:
-            state = run.status().state if run is not None else "never started"
-        if run is not None and state not in ("failed", "cancelled"):
-            last = max(t.intermediate_values, default=-1)
-            sweep.active[t.number] = Active(trial, run, float(t.user_attrs.get("submitted") or time.time()),
-                                             reported=last, last=t.intermediate_values.get(last))
-            sweep.say(f"trial {t.number} followed again ({state}): {run_dir}")
-            continue
-        trial.set_user_attr("outcome", "requeued")
-        sweep.study.tell(trial, state=state_named("FAIL"))
-        sweep.study.enqueue_trial(dict(t.params), skip_if_exists=False)
-        sweep.say(f"trial {t.number} queued again: its run {state} with the old driver")
+        _take_over(sweep, t)
 
 
-def _loaded(run_dir: str | None) -> Run | None:
+def _take_over(sweep: Sweep, t: Any) -> None:
+    """Follow again the run of trial `t`, RUNNING in the study when its driver went, or queue its
+    values again: a driver killed after Optuna's ask and before the values leaves a trial with
+    none (its grid point is found from the sampler's record, else a sampled search asks afresh)."""
+    import optuna
+
+    trial = optuna.trial.Trial(sweep.study, t._trial_id)
+    run_dir = sweep.run_dir_of(t)
+    run = _loaded(run_dir)
+    job_id = str(run.meta.get("job_id") or "") if run is not None else ""
+    orphan = unrecorded_controller(run.dir) if run is not None and not job_id else None
+    if run is not None and orphan is not None:  # started, the driver killed before it noted the job
+        run.dir.record_job(str(orphan.pid), controller=orphan.to_dict())
+        run, job_id = Run.load(run.folder), str(orphan.pid)
+    if run is not None and not job_id:  # the old driver stopped while starting it
+        run.dir.mark_cancelled(f"sweep {sweep.name}: its driver stopped while starting this trial's run; "
+                               "the trial was queued again")
+        run = None
+    if run is not None and sweep.arrays is not None and sweep.arrays.hand_over_again(job_id, run.dir, t.number):
+        state = "handed to its element"  # prepared, its element still waiting for the answer
+    else:
+        state = run.status().state if run is not None else "never started"
+    if run is not None and state not in ("failed", "cancelled"):
+        last = max(t.intermediate_values, default=-1)
+        sweep.active[t.number] = Active(trial, run, float(t.user_attrs.get("submitted") or time.time()),
+                                        reported=last, last=t.intermediate_values.get(last))
+        sweep.say(f"trial {t.number} followed again ({state}): {run_dir}")
+        return
+    trial.set_user_attr("outcome", "requeued")
+    sweep.study.tell(trial, state=state_named("FAIL"))
+    values = trial_values(sweep.study, t, sweep.space)
+    if values is not None:
+        sweep.study.enqueue_trial(values, skip_if_exists=False)
+    sweep.say(f"trial {t.number} queued again: its run {state} with the old driver")
+
+
+def trial_values(study: Any, t: Any, space: dict[str, Any]) -> dict[str, Any] | None:
+    """The values trial `t` was to run: its params once suggested; before that, those it was enqueued
+    with, or its grid point, as the study's GridSampler gives it for the point it recorded on the
+    trial (grid_id; the sampler orders its grid by its seed); None for a sampled trial."""
+    import optuna
+
+    if set(t.params) >= set(space):
+        return dict(t.params)
+    fixed = t.system_attrs.get("fixed_params")
+    if isinstance(fixed, dict) and set(fixed) >= set(space):
+        return dict(fixed)
+    sampler = study.sampler
+    if "grid_id" in t.system_attrs and isinstance(sampler, optuna.samplers.GridSampler):
+        return {f: sampler.sample_independent(study, t, f, optuna.distributions.CategoricalDistribution(v))
+                for f, v in space.items() if isinstance(v, list)}
+    return None
+
+
+def _loaded(run_dir: Path | None) -> Run | None:
     if not run_dir:
         return None
     try:
