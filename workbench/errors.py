@@ -74,7 +74,7 @@ class ConfigFileError(ConfigError, FileNotFoundError):
 
 class RunFolderError(ConfigError, FileNotFoundError):
     """A path given as a run folder is not one (missing, or without a readable run.json), or a sweep
-    folder whose files cannot be read back (sweep.json, study.journal, task.pkl damaged).  A
+    folder whose files cannot be read back (sweep.json, study.journal, payload.pkl damaged).  A
     ConfigError whose message is one line naming the folder or file and the fix; also a FileNotFoundError."""
 
     def __init__(self, message: str):

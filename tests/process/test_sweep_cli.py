@@ -73,7 +73,7 @@ def test_resuming_a_folder_that_is_not_a_sweep_names_it(tmp_path):
 @pytest.mark.parametrize("damage, words", [
     (lambda f: f.journal.write_bytes(b"garbage\n" + f.journal.read_bytes()), "study.journal is damaged (line 1"),
     (lambda f: f.journal.write_bytes(b""), "study.journal is damaged (it is empty)"),
-    (lambda f: f.task_pickle.write_bytes(b"garbage"), "task.pkl is damaged (UnpicklingError"),
+    (lambda f: f.payload_pickle.write_bytes(b"garbage"), "payload.pkl is damaged (UnpicklingError"),
     (lambda f: f.meta.write_bytes(b"{not json"), "sweep.json is damaged"),
 ])
 def test_resuming_a_damaged_sweep_is_one_line_naming_the_file_and_exit_2(tmp_path, damage, words):

@@ -232,7 +232,7 @@ def _sweep_with_planted_task(tmp_path: Path) -> tuple[Path, Path]:
                        direction="minimize", trials=2, parallel=1, executor="local", sampler="grid", pruner="none")
     optuna.create_study(storage=storage(folder), study_name="sweep")
     marker = tmp_path / "ran"
-    write_atomic(folder.task_pickle, pickle.dumps({"task": _Planted(marker), "fn": None, "fn_args": ()}))
+    write_atomic(folder.payload_pickle, pickle.dumps({"task": _Planted(marker), "fn": None, "fn_args": ()}))
     return folder.root, marker
 
 
@@ -246,13 +246,13 @@ def test_a_sweep_another_user_owns_opens_read_only_without_its_pickle_and_is_not
     folder, marker = _sweep_with_planted_task(tmp_path)
     _chown_tree(folder, STRANGER)
     os.chmod(folder, 0o777)
-    view = Sweep.load(folder, resume=False)  # the trial: this read task.pkl
+    view = Sweep.load(folder, resume=False)  # the trial: this read payload.pkl
     assert view.readonly and view.task is None and not marker.exists()
-    with pytest.raises(UntrustedFileError, match=rf"task.pkl: not unpickled: the folder is owned by uid {STRANGER}"):
+    with pytest.raises(UntrustedFileError, match=rf"payload.pkl: not unpickled: the folder is owned by uid {STRANGER}"):
         Sweep.load(folder, resume=True, background=False)
     assert main(["sweep", "--resume", str(folder)]) == 2
     said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("workbench:")]
-    assert len(said) == 1 and "task.pkl: not unpickled" in said[0] and "--trust" in said[0]
+    assert len(said) == 1 and "payload.pkl: not unpickled" in said[0] and "--trust" in said[0]
     assert not marker.exists()
     read_work(SweepDir(folder), trust=True)  # what --trust and trust=True do
     assert marker.is_dir()
@@ -367,15 +367,15 @@ def test_a_sweep_whose_journal_is_a_link_is_not_resumed_through_it(tmp_path):
     assert len(workbench.Sweep.load(folder.root, resume=False).frame()) == 1  # a read-only view reads it
 
 
-def test_a_rank_does_not_unpickle_a_task_pkl_planted_in_a_folder_others_can_write(tmp_path):
-    """The rank's own read of task.pkl (issue 30: the rank side of 'no pickle from untrusted folders')."""
+def test_a_rank_does_not_unpickle_a_payload_pkl_planted_in_a_folder_others_can_write(tmp_path):
+    """The rank's own read of payload.pkl (issue 30: the rank side of 'no pickle from untrusted folders')."""
     from workbench.engine.tasks import load_task_factory
 
     folder = write_run(tmp_path, "run", 1, "none", steps=2)
     marker = tmp_path / "ran"
-    write_atomic(RunDir(folder).task_pickle, pickle.dumps(_Planted(marker)))
+    write_atomic(RunDir(folder).payload_pickle, pickle.dumps(_Planted(marker)))
     os.chmod(folder, 0o777)
-    with pytest.raises(UntrustedFileError, match=r"task.pkl: not unpickled: the folder is writable by others"):
+    with pytest.raises(UntrustedFileError, match=r"payload.pkl: not unpickled: the folder is writable by others"):
         load_task_factory(RunDir(folder))
     assert not marker.exists()
     os.chmod(folder, 0o700)

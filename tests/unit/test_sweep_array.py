@@ -194,7 +194,7 @@ def _modules_named(data: bytes) -> set[str]:
 
 
 def test_what_a_sweep_pickles_names_no_sweeps_module(tmp_path):
-    """An array element (what submitit pickles for SLURM) is engine code; the sweep's task.pkl holds the
+    """An array element (what submitit pickles for SLURM) is engine code; the sweep's payload.pkl holds the
     user's task or function: no pickle names workbench.sweeps (or the old workbench.launch.sweep*),
     so sweep folders written before or after a move of the package still load."""
     import cloudpickle
@@ -208,6 +208,6 @@ def test_what_a_sweep_pickles_names_no_sweeps_module(tmp_path):
     folder.root.mkdir()
     write_work(folder, None, len, (1,))
     assert read_work(folder)["fn"] is len
-    for data in (element, folder.task_pickle.read_bytes()):
+    for data in (element, folder.payload_pickle.read_bytes()):
         named = _modules_named(data)
         assert not {m for m in named if m.startswith(("workbench.sweeps", "workbench.launch.sweep"))}, named

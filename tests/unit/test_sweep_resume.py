@@ -60,7 +60,7 @@ def test_a_torn_last_journal_line_is_dropped_and_the_sweep_goes_on(tmp_path):
     (lambda f: f.journal.write_bytes(b'{"op_code": 99}\n'), "study.journal is damaged (Optuna cannot read it back"),
     (lambda f: f.meta.write_bytes(b"{not json"), "sweep.json is damaged (it is not a JSON object)"),
     (lambda f: f.meta.write_bytes(b'{"space": 3}'), "sweep.json is damaged (space, trials, metric missing or of"),
-    (lambda f: f.task_pickle.write_bytes(b"garbage"), "task.pkl is damaged (UnpicklingError"),
+    (lambda f: f.payload_pickle.write_bytes(b"garbage"), "payload.pkl is damaged (UnpicklingError"),
 ])
 def test_a_damaged_sweep_file_is_one_line_naming_it_and_what_to_do(tmp_path, damage, words):
     folder = sweep_folder(tmp_path, told=1)

@@ -15,7 +15,7 @@ from workbench.config import JobConfig
 from workbench.config.tasknames import BUILTIN_OPTIONS, BUILTINS
 from workbench.engine.tasks import factory_options, named_task_problem, resolve_factory
 from workbench.errors import ConfigError
-from workbench.launch.submit import check_before_submit, engine_job
+from workbench.launch.submit import check_before_submit, engine_payload
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -38,7 +38,7 @@ def test_the_built_in_option_names_are_the_factories_parameters():
 def test_the_docs_flow_the_example_configs_options_stay_with_the_built_in_task():
     cfg = JobConfig.from_yaml(QUICKSTART)
     assert cfg.task.name == "synthetic" and "n_train" in cfg.task.options
-    submitted, factory = engine_job(cfg, my_task)
+    submitted, factory = engine_payload(cfg, my_task)
     assert factory is my_task
     assert submitted.task.options == {}  # the config records what the factory is called with
     assert submitted.task.name.endswith("my_task>")
@@ -46,7 +46,7 @@ def test_the_docs_flow_the_example_configs_options_stay_with_the_built_in_task()
 
 def test_options_the_factory_takes_are_all_passed():
     cfg = JobConfig.from_yaml(QUICKSTART).replace(task__options={"hidden": 128})
-    assert engine_job(cfg, my_task)[0].task.options == {"hidden": 128}
+    assert engine_payload(cfg, my_task)[0].task.options == {"hidden": 128}
     everything = JobConfig.from_dict({"task": {"options": {"n_train": 64, "hidden": 8}}})
     assert factory_options(lambda **options: options, "synthetic", everything.task.options) == {"n_train": 64,
                                                                                                  "hidden": 8}
@@ -57,7 +57,7 @@ def test_options_the_factory_takes_are_all_passed():
 def test_options_the_factory_does_not_take_are_one_line_naming_them():
     cfg = JobConfig.from_dict({"task": {"options": {"hiden": 32, "n_layers": 2}}})  # not all synthetic's
     with pytest.raises(ConfigError) as caught:
-        engine_job(cfg, my_task)
+        engine_payload(cfg, my_task)
     assert caught.value.problems == [
         "task.options: my_task() does not take hiden, n_layers (it takes hidden); remove them from task.options, "
         "or add them to my_task's parameters"]
@@ -65,13 +65,13 @@ def test_options_the_factory_does_not_take_are_one_line_naming_them():
 
 def test_a_factory_that_needs_an_option_the_config_does_not_set_says_how_to_give_it():
     with pytest.raises(ConfigError) as caught:
-        engine_job(JobConfig.from_yaml(QUICKSTART), needs_width)
+        engine_payload(JobConfig.from_yaml(QUICKSTART), needs_width)
     (line,) = caught.value.problems
     assert line.startswith("task.options: needs_width() needs width, and the config's task.options (n_train, "
                            "n_val, dim, hidden) are for the built-in task synthetic, so they are not passed")
     assert "cfg.replace(task__options={...})" in line
     with pytest.raises(ConfigError, match=r"needs_width\(\) needs width, which task.options does not set"):
-        engine_job(JobConfig.from_dict({"task": {"name": "pkg.mod:f", "options": {"depth": 1}}},), needs_width)
+        engine_payload(JobConfig.from_dict({"task": {"name": "pkg.mod:f", "options": {"depth": 1}}},), needs_width)
 
 
 def test_a_built_in_task_with_an_option_it_does_not_take():
@@ -123,3 +123,26 @@ def test_submit_refuses_before_any_folder_or_process_is_made(tmp_path, monkeypat
     with pytest.raises(ConfigError, match=r"make\(\) does not take n_train, n_val, dim, hidden"):
         workbench.submit(cfg.replace(task__name="first_contact_named:make"))
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_run_folder_written_before_the_word_payload_still_reads_its_task_pkl(tmp_path):
+    """New folders hold payload.pkl; a folder written by an earlier release has task.pkl, which is read."""
+    import cloudpickle
+
+    from workbench.engine.tasks import load_task_factory
+    from workbench.runfolder.layout import RunDir, SweepDir
+
+    run = RunDir(tmp_path / "run")
+    run.root.mkdir()
+    assert run.payload_pickle.name == "payload.pkl"
+    (run.root / "task.pkl").write_bytes(cloudpickle.dumps(_factory_for_old_folders))
+    assert run.payload_pickle.name == "task.pkl"
+    run.root.chmod(0o700)
+    assert load_task_factory(run) is _factory_for_old_folders
+    (run.root / "payload.pkl").write_bytes(b"")  # both: the new name wins
+    assert run.payload_pickle.name == "payload.pkl"
+    assert SweepDir(tmp_path / "run").payload_pickle.name == "payload.pkl"
+
+
+def _factory_for_old_folders():
+    return None

@@ -46,7 +46,7 @@ def add_sweep_parser(sub: Any) -> None:
     sweep.add_argument("--name", help="the sweep's name (its folder: <run_root>/sweep-<name>-<time>)")
     sweep.add_argument("--resume", metavar="FOLDER", help="go on with the sweep in FOLDER (finished trials stay)")
     sweep.add_argument("--trust", action="store_true",
-                       help="with --resume: read the sweep's task (task.pkl, code) even from a folder that is "
+                       help="with --resume: read the sweep's task (payload.pkl, code) even from a folder that is "
                        "not your own and private (another user's, or writable by others)")
     sweep.set_defaults(func=cmd_sweep)
 

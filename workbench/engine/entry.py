@@ -2,8 +2,8 @@
 (workbench.engine.agent), which applies the torchrun contract and runs the rank in a worker process.
 
 It is pickled into the run folder and holds only plain data: what the worker runs (the engine, a
-script, a function) is in the run folder (config.yaml, and task.pkl for a task factory, a
-ScriptJob or an FnJob), unpickled by the worker, where a failure is reported like any other.  As a
+script, a function) is in the run folder (config.yaml, and payload.pkl for a task factory, a
+ScriptPayload or an FnPayload), unpickled by the worker, where a failure is reported like any other.  As a
 submitit Checkpointable, a preempted or timed-out job is requeued and the next attempt resumes from
 the run's latest checkpoint."""
 

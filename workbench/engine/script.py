@@ -53,7 +53,7 @@ def log(step: int, **metrics: Any) -> None:
 
 
 @dataclass(frozen=True)
-class ScriptJob:
+class ScriptPayload:
     """What to run on every rank, as torchrun would: `python script.py ARGS` or `python -m module ARGS`."""
 
     target: str
@@ -76,7 +76,7 @@ class ScriptJob:
         return f"-m {self.target}" if self.module else self.target
 
 
-def run_script_rank(job: ScriptJob, run_dir: str, rank: int, attempt: int = 0) -> int:
+def run_script_rank(job: ScriptPayload, run_dir: str, rank: int, attempt: int = 0) -> int:
     """Run the job's script or module as this rank, as torchrun would; errors land in the run folder."""
     os.environ.update(job.env)
     if job.cwd:
@@ -95,7 +95,7 @@ FN_ADVICE = "the process group workbench brought up is {held}; submit the functi
 
 
 @dataclass(frozen=True)
-class FnJob:
+class FnPayload:
     """A function to call on every rank, with the process group up: workbench.submit_fn."""
 
     fn: Callable[..., Any]
@@ -113,7 +113,7 @@ class FnJob:
         return f"{getattr(self.fn, '__module__', '?')}.{getattr(self.fn, '__qualname__', repr(self.fn))}"
 
 
-def run_fn_rank(job: FnJob, run_dir: str, rank: int, attempt: int = 0) -> Any:
+def run_fn_rank(job: FnPayload, run_dir: str, rank: int, attempt: int = 0) -> Any:
     """Call job.fn(*args, **kwargs) as this rank, inside the default process group (initialised for
     the configured backend, destroyed afterwards); its return value goes to results/rank{R}.pkl."""
     import cloudpickle
@@ -140,7 +140,8 @@ def run_fn_rank(job: FnJob, run_dir: str, rank: int, attempt: int = 0) -> Any:
 
 
 @contextlib.contextmanager
-def user_code(run_dir: str, rank: int, attempt: int, job: ScriptJob | FnJob, **start: Any) -> Iterator[RankMonitor]:
+def user_code(run_dir: str, rank: int, attempt: int, job: ScriptPayload | FnPayload,
+              **start: Any) -> Iterator[RankMonitor]:
     """What surrounds user code in a rank (a script, a module, a function): threads as torchrun
     sets them, the monitor (heartbeat, stall and output watch, set_epoch check), workbench.log's
     run folder, the start and end events, the failure if it raises, and rank 0's summary."""
@@ -191,7 +192,7 @@ def _set_threads(threads: int | None, local_world_size: int) -> None:
         sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
-def _run_main(job: ScriptJob) -> None:
+def _run_main(job: ScriptPayload) -> None:
     """Run as __main__ like `python script.py` (its folder first on sys.path) or `python -m module`
     (the working folder first); sys.exit(0) is a normal end, another status a failure."""
     try:

@@ -101,7 +101,7 @@ def resolve_factory(name: str) -> Callable[..., Any]:
 
 
 def load_task_factory(run: RunDir) -> Callable[..., Any] | None:
-    """The factory passed as a Python object at submit (the run's task.pkl), or None.
+    """The factory passed as a Python object at submit (the run's payload.pkl), or None.
 
     cloudpickle ships a function defined in a notebook by value, but one from a module by reference:
     that module must be importable on the ranks too."""
@@ -109,13 +109,13 @@ def load_task_factory(run: RunDir) -> Callable[..., Any] | None:
 
     from workbench.runfolder.private import check_trusted, open_regular
 
-    if not run.task_pickle.exists():
+    if not run.payload_pickle.exists():
         return None
     # Written by this run's submitter into its private folder: from another owner's or a folder others
     # can write, a planted pickle would run as the user (UntrustedFileError); a FIFO is not waited on.
-    check_trusted(run.root, run.task_pickle)
+    check_trusted(run.root, run.payload_pickle)
     try:
-        with open_regular(run.task_pickle) as fh:
+        with open_regular(run.payload_pickle) as fh:
             return pickle.load(fh)  # noqa: S301 - written by this run's own submitter
     except ModuleNotFoundError as exc:
         raise ModuleNotFoundError(

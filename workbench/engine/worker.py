@@ -3,7 +3,7 @@
     python -m workbench.engine.worker RUN_DIR
 
 It finds its rank in the torchrun environment the agent set, the config in RUN_DIR/config.yaml
-and the rest of the run's job in RUN_DIR/task.pkl (a task factory passed as a Python object, a
+and the rest of what the run executes (its payload) in RUN_DIR/payload.pkl (a task factory passed as a Python object, a
 script or a function), so that unpickling it happens inside the rank and is reported like its
 training (a failure there names the rank, the type and the traceback).  SIGTERM
 and SIGHUP stop it like Ctrl-C: the rank records that it was interrupted and exits."""
@@ -99,14 +99,14 @@ def run_job(run_dir: str, attempt: int = 0, exit_after_engine: bool = False) -> 
     """Run what the run folder holds as this rank: a script, a function, or the engine (a cold
     worker once, a warm pool's worker once per job); the exit status a cold worker returns.
     `exit_after_engine`: a cold worker that ran the engine leaves at once (`exit_now`)."""
-    from workbench.engine.script import FnJob, ScriptJob, run_fn_rank, run_script_rank
+    from workbench.engine.script import FnPayload, ScriptPayload, run_fn_rank, run_script_rank
 
-    job = _peek_job(run_dir)
+    job = _peek_payload(run_dir)
     rank = int(os.environ["RANK"])
-    if isinstance(job, ScriptJob):
+    if isinstance(job, ScriptPayload):
         run_script_rank(job, run_dir, rank, attempt)
         return 0
-    if isinstance(job, FnJob):
+    if isinstance(job, FnPayload):
         run_fn_rank(job, run_dir, rank, attempt)
         return 0
     from workbench.config.sections import JobConfig
@@ -135,9 +135,10 @@ def exit_now(code: int) -> NoReturn:
     os._exit(code)
 
 
-def _peek_job(run_dir: str) -> object:
-    """What task.pkl holds (a ScriptJob, an FnJob, or a task factory: the engine's job), or None.  A factory that does
-    not unpickle here is unpickled again inside the engine's own reporting, which records the error."""
+def _peek_payload(run_dir: str) -> object:
+    """What payload.pkl holds (a ScriptPayload, an FnPayload, or a task factory: the engine's payload),
+    or None.  A factory that does not unpickle here is unpickled again inside the engine's own
+    reporting, which records the error."""
     from workbench.engine.tasks import load_task_factory
     from workbench.runfolder.layout import RunDir
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from workbench.config.sections import JobConfig
 from workbench.engine.entry import RankEntry
-from workbench.engine.script import FnJob, ScriptJob
+from workbench.engine.script import FnPayload, ScriptPayload
 from workbench.engine.tasks import factory_label, factory_options, named_task_problem
 from workbench.errors import ArgumentError, ConfigError, ResizeWarning, SubmitError, UserFacing
 from workbench.launch.executors import make_executor
@@ -42,8 +42,8 @@ def submit(cfg: JobConfig, task: Callable[..., Any] | None = None, run_dir: str 
     return FreshRanks().submit(cfg, task, run_dir, from_scratch=from_scratch, stop_with_caller=stop_with_caller)
 
 
-def engine_job(cfg: JobConfig, task: Callable[..., Any] | None) -> tuple[JobConfig, Any]:
-    """The config and task.pkl content (a task factory, or None) of an engine run (submit).  A
+def engine_payload(cfg: JobConfig, task: Callable[..., Any] | None) -> tuple[JobConfig, Any]:
+    """The config and payload.pkl content (a task factory, or None) of an engine run (submit).  A
     factory given as `task` is bound to task.options here, before anything starts
     (workbench.engine.tasks.factory_options: options written for a built-in task are not passed to
     it); the config records what it is called with."""
@@ -67,10 +67,10 @@ def submit_script(script: str | Path | None = None, args: list[str] | None = Non
                                       stop_with_caller=stop_with_caller)
 
 
-def script_job(script: str | Path | None, args: list[str] | None, cfg: JobConfig | None, nproc: int | None,
+def script_payload(script: str | Path | None, args: list[str] | None, cfg: JobConfig | None, nproc: int | None,
                 module: str | None, cwd: str | Path | None, env: dict[str, str] | None,
-                ) -> tuple[JobConfig, ScriptJob, dict[str, Any]]:
-    """The config, ScriptJob and run.json facts of a script run (submit_script)."""
+                ) -> tuple[JobConfig, ScriptPayload, dict[str, Any]]:
+    """The config, ScriptPayload and run.json facts of a script run (submit_script)."""
     if (script is None) == (module is None):
         raise ConfigError(["script: give a script path or module=, not both"] if module else
                           ["script: give the script to run (or module='package.module')"])
@@ -85,8 +85,9 @@ def script_job(script: str | Path | None, args: list[str] | None, cfg: JobConfig
                                        **({"dist__procs_per_node": nproc} if nproc else {}))
     if not cfg.launch.name:
         cfg = cfg.replace(launch__name=safe_name(name))
-    job = ScriptJob(target, tuple(args or ()), module is not None, cfg.dist.threads_per_rank, cfg.dist.stall_after_s,
-                    str(workdir), dict(env or {}), lost_after_s=cfg.dist.lost_after_s, on_hang=cfg.dist.on_hang)
+    job = ScriptPayload(target, tuple(args or ()), module is not None, cfg.dist.threads_per_rank,
+                        cfg.dist.stall_after_s, str(workdir), dict(env or {}), lost_after_s=cfg.dist.lost_after_s,
+                        on_hang=cfg.dist.on_hang)
     return cfg, job, {"script": job.label, "args": list(job.args), "cwd": job.cwd}
 
 
@@ -100,14 +101,14 @@ def submit_fn(fn: Callable[..., Any], *args: Any, cfg: JobConfig | None = None, 
     return FreshRanks().submit_fn(fn, *args, cfg=cfg, run_dir=run_dir, **kwargs)
 
 
-def fn_job(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], cfg: JobConfig | None,
-            ) -> tuple[JobConfig, FnJob]:
-    """The config and FnJob of a function run (submit_fn)."""
+def fn_payload(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], cfg: JobConfig | None,
+            ) -> tuple[JobConfig, FnPayload]:
+    """The config and FnPayload of a function run (submit_fn)."""
     cfg = cfg or JobConfig()
     name = getattr(fn, "__name__", "fn").strip("<>") or "fn"
     cfg = cfg.replace(task__name=f"<function {name}>", **({} if cfg.launch.name else {"launch__name": safe_name(name)}))
     d = cfg.dist
-    return cfg, FnJob(fn, tuple(args), dict(kwargs), d.backend, float(d.timeout_s), d.threads_per_rank,
+    return cfg, FnPayload(fn, tuple(args), dict(kwargs), d.backend, float(d.timeout_s), d.threads_per_rank,
                       d.stall_after_s, lost_after_s=d.lost_after_s, on_hang=d.on_hang)
 
 
@@ -151,15 +152,16 @@ def model_problems(cfg: JobConfig, task: Callable[..., Any] | None = None) -> li
     return [problem] if problem else []
 
 
-def _start(cfg: JobConfig, run_dir: str | Path | None, *, job: Any = None, from_scratch: bool = False,
+def _start(cfg: JobConfig, run_dir: str | Path | None, *, payload: Any = None, from_scratch: bool = False,
            stop_with_caller: bool = False, facts: dict[str, Any] | None = None,
            launcher: Launches | None = None) -> Run:
-    """`job` is the part of the run's job that the config does not say, pickled into the run's
-    task.pkl: a task factory (the engine's job), a ScriptJob or an FnJob; None for the engine with
-    cfg.task.name."""
+    """`payload` is what the run executes beyond what the config says, pickled into the run's
+    payload.pkl: a task factory (the engine's payload), a ScriptPayload or an FnPayload; None for the
+    engine with cfg.task.name."""
     launcher = launcher or FreshRanks()
     launcher.check(cfg)  # a pool's ranks first: its world size and backend are fixed
-    check_before_submit(cfg, job if callable(job) and not isinstance(job, (ScriptJob, FnJob)) else None)
+    factory = payload if callable(payload) and not isinstance(payload, (ScriptPayload, FnPayload)) else None
+    check_before_submit(cfg, factory)
     run = RunDir(Path(run_dir or default_run_dir(cfg)))
     existed = run.root.exists()
     with contextlib.ExitStack() as held:
@@ -171,7 +173,7 @@ def _start(cfg: JobConfig, run_dir: str | Path | None, *, job: Any = None, from_
         _check_checkpoints(run, from_scratch)
         _say_resize(run, cfg)
         _prepare(run, cfg, {**(facts or {}), **submit_provenance()}, existed)
-        _write_task(run, job)
+        _write_payload(run, payload)
         kill_point("submit.prepared")  # a test hook: the run folder is made, nothing started
         try:
             handle = launcher.hand_over(cfg, run, stop_with_caller)
@@ -184,7 +186,7 @@ def _start(cfg: JobConfig, run_dir: str | Path | None, *, job: Any = None, from_
 
 class Launches:
     """workbench.submit, submit_fn and submit_script on a launcher (fresh ranks, a pool's warm ranks, a
-    sweep array's element), written once: each makes its job (engine_job, fn_job, script_job) and
+    sweep array's element), written once: each makes its job (engine_payload, fn_payload, script_payload) and
     starts it through the one pipeline (_start).  `cfg` is the launcher's own config, used where a
     job gives none (a pool's), or None."""
 
@@ -209,23 +211,23 @@ class Launches:
         config = self._config(cfg)
         if config is None:
             raise ArgumentError("cfg: give the JobConfig to run (e.g. workbench.JobConfig.from_yaml(path))")
-        config, factory = engine_job(config, task)
-        return _start(config, run_dir, job=factory, from_scratch=from_scratch, stop_with_caller=stop_with_caller,
+        config, factory = engine_payload(config, task)
+        return _start(config, run_dir, payload=factory, from_scratch=from_scratch, stop_with_caller=stop_with_caller,
                       launcher=self)
 
     def submit_fn(self, fn: Callable[..., Any], *args: Any, cfg: JobConfig | None = None,
                   run_dir: str | Path | None = None, **kwargs: Any) -> Run:
         """workbench.submit_fn, here."""
-        config, job = fn_job(fn, args, kwargs, self._config(cfg))
-        return _start(config, run_dir, job=job, facts={"function": job.label}, launcher=self)
+        config, job = fn_payload(fn, args, kwargs, self._config(cfg))
+        return _start(config, run_dir, payload=job, facts={"function": job.label}, launcher=self)
 
     def submit_script(self, script: str | Path | None = None, args: list[str] | None = None,
                       cfg: JobConfig | None = None, run_dir: str | Path | None = None, *, nproc: int | None = None,
                       module: str | None = None, cwd: str | Path | None = None, env: dict[str, str] | None = None,
                       stop_with_caller: bool = False) -> Run:
         """workbench.submit_script, here."""
-        config, job, facts = script_job(script, args, self._config(cfg), nproc, module, cwd, env)
-        return _start(config, run_dir, job=job, stop_with_caller=stop_with_caller, facts=facts, launcher=self)
+        config, job, facts = script_payload(script, args, self._config(cfg), nproc, module, cwd, env)
+        return _start(config, run_dir, payload=job, stop_with_caller=stop_with_caller, facts=facts, launcher=self)
 
 
 class FreshRanks(Launches):
@@ -322,12 +324,12 @@ def _unreadable(path: Path) -> str | None:
     return None
 
 
-def _write_task(run: RunDir, job: Any) -> None:
-    """What the workers run (a task factory passed as an object, a ScriptJob, an FnJob), pickled by
+def _write_payload(run: RunDir, payload: Any) -> None:
+    """What the workers run (a task factory passed as an object, a ScriptPayload, an FnPayload), pickled by
     value where cloudpickle can (the worker unpickles it and reports a failure like any other)."""
-    if job is None:
-        run.task_pickle.unlink(missing_ok=True)
+    if payload is None:
+        run.payload_pickle.unlink(missing_ok=True)
         return
     from workbench.launch.pickling import dumps
 
-    write_atomic(run.task_pickle, dumps(job))  # 0600: a pickle is code
+    write_atomic(run.payload_pickle, dumps(payload))  # 0600: a pickle is code

@@ -2,7 +2,7 @@
 
     <run>/config.yaml            the config snapshot
     <run>/run.json               launch facts: executor, job id, world size, created
-    <run>/task.pkl               the task factory, script or function the ranks run
+    <run>/payload.pkl            the run's payload: the task factory, script or function the ranks run
     <run>/metrics/rank{R}.jsonl  one flat record per logged step, per rank
     <run>/events/rank{R}.jsonl   start, epoch_end, eval, checkpoint, early_stop, error, end, ...
                                  (the kinds: workbench.runfolder.events)
@@ -60,6 +60,20 @@ RANK_JSONL = "rank*.jsonl"
 """The per-rank JSON-lines files of a metrics or events folder (rank_of reads R from the name)."""
 
 
+PAYLOAD = "payload.pkl"
+"""What a run executes beyond what its config says (its payload: a task factory passed as a Python
+object, a user's function with its arguments, or a script with its own), cloudpickled; in a sweep
+folder, the swept factory or function.  Folders written before the word read as they were: task.pkl."""
+
+OLD_PAYLOAD = "task.pkl"
+
+
+def payload_file(root: Path) -> Path:
+    """root/payload.pkl, or root/task.pkl where a folder written before the word has only that."""
+    new, old = root / PAYLOAD, root / OLD_PAYLOAD
+    return old if not new.exists() and old.exists() else new
+
+
 @dataclass(frozen=True)
 class RunDir:
     root: Path
@@ -102,8 +116,9 @@ class RunDir:
         return self.plots / "loss.png"
 
     @property
-    def task_pickle(self) -> Path:
-        return self.root / "task.pkl"
+    def payload_pickle(self) -> Path:
+        """payload.pkl: what the run executes, beyond what its config says (workbench.runfolder.layout.PAYLOAD)."""
+        return payload_file(self.root)
 
     def folder(self, kind: str) -> Path:
         """The folder of one kind of per-rank file (metrics, events, status, errors, stacks)."""
@@ -459,7 +474,7 @@ class SweepDir:
 
         <run_root>/sweep-<name>-<stamp>/sweep.json      name, space, metric, direction, trials, executor, driver
         <sweep>/config.yaml                             the base config
-        <sweep>/task.pkl                                the swept task factory or function (cloudpickle)
+        <sweep>/payload.pkl                             the swept task factory or function (cloudpickle)
         <sweep>/study.journal                           Optuna's journal (the study: trials, values, states)
         <sweep>/trial-{N}/                              trial N's run (an ordinary run folder)
         <sweep>/arrays/                                 on SLURM: submitit's folder of the sweep's job arrays
@@ -491,8 +506,9 @@ class SweepDir:
         return self.root / "config.yaml"
 
     @property
-    def task_pickle(self) -> Path:
-        return self.root / "task.pkl"
+    def payload_pickle(self) -> Path:
+        """payload.pkl: what the run executes, beyond what its config says (workbench.runfolder.layout.PAYLOAD)."""
+        return payload_file(self.root)
 
     @property
     def journal(self) -> Path:

@@ -139,9 +139,9 @@ def _base_config(cfg: JobConfig, task: Any, fn: Any, script: SweptScript | None)
     if script is not None:
         return script.base_config(cfg)
     if fn is not None:
-        from workbench.launch.submit import fn_job
+        from workbench.launch.submit import fn_payload
 
-        return fn_job(fn, (), {}, cfg)[0]
+        return fn_payload(fn, (), {}, cfg)[0]
     return sp.factory_config(cfg, task) if task is not None else cfg
 
 
@@ -519,7 +519,7 @@ class Sweep:
         the old driver are queued again with the same values, and the sweep goes on to its number of
         trials; finished and pruned trials are not repeated.
 
-        Resuming unpickles the sweep's task (task.pkl), code that runs as you: only from a folder that is
+        Resuming unpickles the sweep's task (payload.pkl), code that runs as you: only from a folder that is
         your own and writable by no one else (UntrustedFileError names the file and its owner), or
         with `trust=True`.  A read-only view (`resume=False`) reads no pickle."""
         from workbench.sweeps.views import open_sweep, reattach

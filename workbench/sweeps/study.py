@@ -41,26 +41,26 @@ def write_work(folder: SweepDir, task: Any, fn: Any, fn_args: tuple[Any, ...]) -
     from workbench.launch.pickling import dumps
     from workbench.runfolder.private import write_atomic
 
-    write_atomic(folder.task_pickle, dumps({"task": task, "fn": fn, "fn_args": tuple(fn_args)}))
+    write_atomic(folder.payload_pickle, dumps({"task": task, "fn": fn, "fn_args": tuple(fn_args)}))
 
 
 def read_work(folder: SweepDir, trust: bool = False) -> dict[str, Any]:
-    """The swept task or function (task.pkl): unpickled only from a folder that is the user's own and
+    """The swept task or function (payload.pkl): unpickled only from a folder that is the user's own and
     private, else UntrustedFileError naming the file and why (`trust` reads it anyway)."""
-    if not folder.task_pickle.exists():
+    if not folder.payload_pickle.exists():
         return {}
     import cloudpickle
 
     from workbench.runfolder.private import check_trusted, open_regular
 
-    check_trusted(folder.root, folder.task_pickle, trust)
+    check_trusted(folder.root, folder.payload_pickle, trust)
     try:
-        with open_regular(folder.task_pickle) as fh:
+        with open_regular(folder.payload_pickle) as fh:
             work = cloudpickle.load(fh)
     except (OSError, EOFError, ImportError, AttributeError, pickle.UnpicklingError, ValueError, TypeError) as exc:
-        raise damaged(folder, folder.task_pickle, f"{type(exc).__name__}: {exc}") from None
+        raise damaged(folder, folder.payload_pickle, f"{type(exc).__name__}: {exc}") from None
     if not isinstance(work, dict):
-        raise damaged(folder, folder.task_pickle, f"it holds a {type(work).__name__}, not the sweep's work")
+        raise damaged(folder, folder.payload_pickle, f"it holds a {type(work).__name__}, not the sweep's work")
     return work
 
 

@@ -85,7 +85,7 @@ def _row(sweep: Sweep, t: Any, metric: str) -> dict[str, Any]:
 
 def open_sweep(cls: type[Sweep], folder: SweepDir, pool: Any, sampler: Any, pruner: Any, stop_with_caller: bool,
                on_event: Any, resume: bool = True, trust: bool = False) -> Sweep:
-    """The sweep in `folder`; its task or function (task.pkl) is unpickled only to `resume` it (a
+    """The sweep in `folder`; its task or function (payload.pkl) is unpickled only to `resume` it (a
     read-only view submits nothing), and only from a folder that is the user's own and private, or
     with `trust` (runfolder.private.check_trusted)."""
     from workbench.sweeps.study import (
