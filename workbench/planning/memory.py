@@ -39,6 +39,8 @@ class StepMemory:
     traced: bool
     note: str = ""
     """What was measured instead, when the step could not be traced."""
+    fwd_bwd_peak: float = float("nan")
+    """The peak of a step's forward and backward alone (the optimizer's state held, its step not taken)."""
     samples: int | None = None
     """The training set's size, as the factory built it (None: it has no length)."""
     largest_unit: int = 0
@@ -52,14 +54,25 @@ class StepMemory:
     """fsdp2: the parameter bytes of each unit fully_shard would make, outermost first."""
 
     def sharded(self, world_size: int) -> float:
-        """The step's peak under fsdp2 at `world_size`: parameters, gradients and optimizer state a
-        rank holds shrink to 1/world_size; the gathered parameters of the root and of two units (the
-        one computing and the next, prefetched) and one unit's unsharded gradient are held whole."""
-        if world_size <= 1:
+        """The step's peak under fsdp2 at `world_size` ranks, the largest of three moments (checked against
+        torch's FSDPMemTracker on a real 2-rank run: bench/plan_bench.py):
+        - backward begins: the forward-backward peak less the whole parameters, gradients (none yet) and
+          optimizer state, plus their shards, the root's parameters whole and the two largest units'
+          gathered (the one computing and the next, prefetched);
+        - the largest unit's reduce-scatter: the shards, the other units' sharded gradients, the unit's
+          unsharded gradient, the reduce-scatter's input (a copy of it) and output (its shard), the root's
+          parameters, and at most all the activations (those of the layers backward has still to reach:
+          the conv net's convolutions in the root, after its large Linear unit; a bound, not a trace);
+        - the optimizer's step: all of it sharded, its temporaries too."""
+        if world_size <= 1 or self.peak != self.peak:  # one rank, or not traced (nan)
             return self.peak
-        spread = 1 - 1 / world_size
-        gathered = self.root_only + 3 * self.largest_unit
-        return self.peak - spread * (self.params + self.grads + self.optimizer) + spread * gathered
+        n = world_size
+        held = (self.params + self.optimizer) / n
+        unit, root = self.largest_unit, self.root_only
+        two = sum(sorted(self.unit_sizes)[-2:]) if self.unit_sizes else 2 * unit
+        begins = self.fwd_bwd_peak - (self.params + self.grads + self.optimizer) + held + root + two
+        scatter = held + (self.grads - unit) / n + (2 + 1 / n) * unit + root + self.activations
+        return max(begins, scatter, self.peak / n)
 
     @property
     def per_sample(self) -> float:
@@ -186,10 +199,16 @@ def _traced(cfg: JobConfig, factory: Callable[..., Any], device: str, fake: bool
                 optimizer.zero_grad(set_to_none=True)
                 tracker.reset_mod_stats()  # MemTracker refuses a module's second forward otherwise
         peak = _category(tracker, kind, "Total")
+        tracker = MemTracker()
+        tracker.track_external(model, optimizer)
+        with tracker:  # a third step's forward and backward alone: fsdp2's moments (StepMemory.sharded)
+            forward().backward()
+        fwd_bwd = _category(tracker, kind, "Total")
+        optimizer.zero_grad(set_to_none=True)
         state = sum(t.numel() * t.element_size() for s in optimizer.state.values() for t in s.values()
                     if isinstance(t, torch.Tensor) and t.dim() > 0)
     buckets = 0 if cfg.dist.gradient_as_bucket_view else grads
-    return StepMemory(micro, params, grads, int(state), activations, peak + buckets, traced=True,
+    return StepMemory(micro, params, grads, int(state), activations, peak + buckets, traced=True, fwd_bwd_peak=fwd_bwd,
                       samples=_length(task.train_dataset), largest_unit=max(units, default=0), root_only=root,
                       grad_sizes=grad_sizes(model), unit_sizes=units)
 
