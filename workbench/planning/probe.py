@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -81,12 +82,22 @@ def _run_ranks(world_size: int, settings: dict[str, Any]) -> dict[str, Any]:
             for log in logs:
                 log.close()
         if not os.path.exists(out):
-            tail = " ".join(" ".join(Path(log.name).read_text(errors="replace").strip().splitlines()[-2:])
-                            for log in logs)
-            raise RuntimeError(f"the link probe at {world_size} ranks wrote nothing: {tail[-300:]}")
+            why = _first_error([Path(log.name).read_text(errors="replace") for log in logs])
+            raise RuntimeError(f"the link probe at {world_size} ranks wrote nothing: {why}")
         result = dict(json.loads(Path(out).read_text()))
     result["when"] = time.strftime("%Y-%m-%d %H:%M")
     return result
+
+
+def _first_error(logs: list[str]) -> str:
+    """The exception a rank's stderr ends with (its line and what follows), else the log's last line."""
+    for text in logs:
+        lines = text.strip().splitlines()
+        for i in range(len(lines) - 1, -1, -1):
+            if re.match(r"^[\w.]+(Error|Exception|Interrupt)\b", lines[i]):
+                return " ".join(lines[i:])[:400]
+    last = [text.strip().splitlines()[-1] for text in logs if text.strip()]
+    return last[0][:400] if last else "no rank said why"
 
 
 def _wait_all(procs: list[subprocess.Popen[bytes]], deadline: float) -> None:
