@@ -84,7 +84,7 @@ def plan(cfg: JobConfig, task: Callable[..., Any] | None = None, world_sizes: It
                      f"this machine's {room / MB:,.0f} MiB available)")
     compute_s = _probe(cfg, factory, device, notes) if probe else None
     links = {strategy: _links(cfg.replace(dist__strategy=strategy), sizes, device, link, bandwidth_gbps,
-                              probe and compute_s is not None, notes) for strategy in strategies}
+                              probe, notes) for strategy in strategies}
     if compute_s is not None:
         notes.append(f"step time: one micro-batch measured on this machine ({compute_s * 1000:.1f} ms, the median "
                      f"after warm-up) x {cfg.train.grad_accum_steps} accumulation steps, plus the collectives and "
