@@ -1,19 +1,25 @@
 """workbench.plan against what runs measure: predicted vs measured peak memory a rank and step time.
 
-    python bench/plan_bench.py [--steps 40] [--json PATH]      (from the repository root; about 5 min here)
+    python bench/plan_bench.py [--steps 40] [--json PATH]      (from the repository root; about 10 min here)
 
 Four models at micro-batch 16: the built-in MLP (synthetic) and transformer (charlm), a conv net and a
-Hugging Face GPT-2 (transformers, the engine's dict batches), at 1 and 2 ranks (gloo, 1 thread a rank).
-Predicted: `workbench.plan(cfg, world_sizes=(1, 2))` (memory traced on fake tensors; step time one
-measured micro-batch plus the all-reduce at the assumed gloo bandwidth).  Measured: the peak by the same
-tracker on real tensors over two steps (CPU keeps no allocator statistics), and the median step_time_s
-of a real `workbench.submit` run at each world size (steps after the first 10).  Then the 1.34 B-parameter
-plan: its time and how much the process grew.  Goals (issue 31): memory within 10%, step time within 30%."""
+Hugging Face GPT-2 (transformers, the engine's dict batches), under ddp at 1 and 2 ranks and fsdp2 at 2
+(gloo, 1 thread a rank).  Predicted: `workbench.plan(cfg, world_sizes=(n,), strategies=(s,))` (memory
+traced on fake tensors; step time a measured micro-batch plus the collectives on the probed link plus the
+engine's measured work a step; the link probe's result is cached, as a user's plan would find it).
+Measured: ddp's peak by the same tracker on real tensors over two steps (CPU keeps no allocator
+statistics); fsdp2's by torch's FSDPMemTracker (torch.distributed._tools) over two steps of the engine's
+own FSDP2Strategy, optimizer and clip in a real 2-rank gloo run under torchrun (rank 0's); the step time
+is the median step_time_s of a real `workbench.submit` run (steps after the first 10), run right after
+its plan.  Then the 1.34 B-parameter plan: its time and how much the process grew.  The load average is
+printed with every row (other processes share this machine).  Goals (issue 31): memory within 10%,
+step time within 30%."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -80,13 +86,63 @@ def gpt2(n_train: int = 2048, block: int = 64) -> Any:
                 val_dataset=_Tokens(32, block, 1000))
 
 
-def _cfg(task: str, options: dict[str, Any], world: int, steps: int, root: Path) -> JobConfig:
+CASES = (("ddp", 1), ("ddp", 2), ("fsdp2", 2))
+
+
+def _cfg(task: str, options: dict[str, Any], world: int, steps: int, root: Path, strategy: str = "ddp") -> JobConfig:
     return JobConfig.from_dict({
         "task": {"name": task, "options": options},
         "train": {"micro_batch_size": 16, "max_steps": steps, "eval_every_steps": 10_000,
                   "checkpoint_every_steps": 10_000, "log_every_steps": 1},
-        "dist": {"procs_per_node": world, "threads_per_rank": 1, "check_every_steps": None},
+        "dist": {"procs_per_node": world, "threads_per_rank": 1, "check_every_steps": None, "strategy": strategy},
         "launch": {"run_root": str(root)}})
+
+
+def fsdp2_rank(task: str, options_json: str) -> None:
+    """In each torchrun rank: the engine's FSDP2Strategy, optimizer and clip over the model, two steps under
+    torch's FSDPMemTracker on real tensors; rank 0 prints its peak (MiB) and the categories at it."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+    from torch.utils.data import default_collate
+
+    from workbench.engine.optim import build_optimizer
+    from workbench.engine.strategy import FSDP2Strategy, clip_grad_norm
+    from workbench.engine.tasks import build_task, forward_loss, resolve_factory
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")  # collective: both ranks
+    options = json.loads(options_json)
+    cfg = _cfg(task, options, dist.get_world_size(), 2, Path(tempfile.gettempdir()), "fsdp2")
+    built = build_task(resolve_factory(task), options)
+    strategy = FSDP2Strategy(cfg, built.model, "cpu")
+    optimizer = build_optimizer(strategy.model, cfg.train, cfg.train.lr)
+    batch = default_collate([built.train_dataset[i] for i in range(cfg.train.micro_batch_size)])
+    tracker = FSDPMemTracker(strategy.model, optimizer)
+    with tracker:
+        for _ in range(2):  # the second with the optimizer's state, as every step after the first
+            forward_loss(strategy.model, batch, built.loss_fn)[0].backward()  # collective: gathers, scatters
+            clip_grad_norm(strategy.module, cfg.train.grad_clip_norm or 1.0)  # collective: the norm's all-reduce
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            tracker.reset_mod_stats()
+    peak = {str(getattr(k, "name", k)): v / 2**20 for k, v in tracker.get_tracker_snapshot("peak")[torch.device("cpu")]
+            .items()}
+    if dist.get_rank() == 0:
+        print(json.dumps({"peak_mb": peak["Total"], "at_peak_mb": {k: round(v, 3) for k, v in peak.items() if v}}))
+    dist.destroy_process_group()
+
+
+def fsdp2_peak_mb(task: str, options: dict[str, Any], world: int) -> dict[str, Any]:
+    """FSDPMemTracker's peak of rank 0 in a real `world`-rank gloo run (torchrun, a process group of its own)."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}",
+                           __file__, "--fsdp2-rank", task, json.dumps(options)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+    if done.returncode:
+        raise RuntimeError(done.stderr[-2000:])
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 def measured_step_s(cfg: JobConfig) -> float:
@@ -126,40 +182,64 @@ def billion_plan() -> dict[str, Any]:
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
+def _case(name: str, strategy: str, world: int, steps: int, root: Path) -> dict[str, Any]:
+    """One row: the plan, then the measured peak and a real run's step time, side by side."""
+    from workbench.engine.tasks import resolve_factory
+    from workbench.planning.memory import MB, step_memory
+
+    task, options = MODELS[name]
+    cfg = _cfg(task, options, world, steps, root, strategy)
+    began = time.perf_counter()
+    planned = workbench.plan(cfg, world_sizes=(world,), strategies=(strategy,))
+    plan_s = time.perf_counter() - began
+    at_peak = None
+    if strategy == "fsdp2":
+        tracked = fsdp2_peak_mb(task, options, world)
+        peak_mb, at_peak = tracked["peak_mb"], tracked["at_peak_mb"]
+    else:
+        peak_mb = step_memory(cfg, resolve_factory(task), "cpu", fake=False).peak / MB
+    load = os.getloadavg()[0]
+    step = measured_step_s(cfg)
+    row = planned.iloc[0]
+    return {"model": name, "strategy": strategy, "world_size": world, "predicted_peak_mb": row["peak_mb"],
+            "measured_peak_mb": peak_mb, "peak_ratio": peak_mb / row["peak_mb"], "predicted_step_s": row["step_s"],
+            "measured_step_s": step, "step_ratio": step / row["step_s"], "plan_s": round(plan_s, 2),
+            "load": round(load, 2), "at_peak_mb": at_peak, "notes": planned.attrs["notes"]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated names of MODELS")
+    parser.add_argument("--fsdp2-rank", nargs=2, metavar=("TASK", "OPTIONS_JSON"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    from workbench.engine.tasks import resolve_factory
-    from workbench.planning.memory import MB, step_memory
+    if args.fsdp2_rank:
+        fsdp2_rank(*args.fsdp2_rank)
+        return
+    import torch
 
     rows = []
+    started, load_start = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
-        for name, (task, options) in MODELS.items():
-            for world in (1, 2):
-                cfg = _cfg(task, options, world, args.steps, Path(tmp))
-                began = time.perf_counter()
-                planned = workbench.plan(cfg, world_sizes=(world,)).iloc[0]
-                plan_s = time.perf_counter() - began
-                real = step_memory(cfg, resolve_factory(task), "cpu", fake=False)
-                step = measured_step_s(cfg)
-                rows.append({"model": name, "world_size": world, "predicted_peak_mb": planned["peak_mb"],
-                             "measured_peak_mb": real.peak / MB, "peak_ratio": real.peak / MB / planned["peak_mb"],
-                             "predicted_step_s": planned["step_s"], "measured_step_s": step,
-                             "step_ratio": step / planned["step_s"], "plan_s": round(plan_s, 2)})
-                r = rows[-1]
-                print(f"{name:>16} x{world}: peak {r['predicted_peak_mb']:8.2f} planned, {r['measured_peak_mb']:8.2f} "
-                      f"measured (x{r['peak_ratio']:.3f}); step {r['predicted_step_s'] * 1000:7.2f} ms planned, "
-                      f"{step * 1000:7.2f} ms measured (x{r['step_ratio']:.2f}); plan {plan_s:.1f} s", flush=True)
+        for name in args.models.split(","):
+            for strategy, world in CASES:
+                rows.append(r := _case(name, strategy, world, args.steps, Path(tmp)))
+                print(f"{name:>16} {strategy:>5} x{world}: peak {r['predicted_peak_mb']:8.2f} planned, "
+                      f"{r['measured_peak_mb']:8.2f} measured (x{r['peak_ratio']:.3f}); step "
+                      f"{r['predicted_step_s'] * 1000:7.2f} ms planned, {r['measured_step_s'] * 1000:7.2f} ms measured "
+                      f"(x{r['step_ratio']:.2f}); plan {r['plan_s']:.1f} s; load {r['load']:.1f}", flush=True)
         billion = billion_plan()
     print(f"1.34 B parameters: planned in {billion['plan_s']} s, peak {billion['peak_mb']:,.0f} MiB a rank, the "
           f"process grew {billion['grown_mb']:.0f} MiB")
     worst_peak = max(abs(r["peak_ratio"] - 1) for r in rows)
     worst_step = max(abs(r["step_ratio"] - 1) for r in rows)
-    print(f"worst peak miss {worst_peak:.1%} (goal <= 10%), worst step-time miss {worst_step:.1%} (goal <= 30%)")
+    print(f"worst peak miss {worst_peak:.1%} (goal <= 10%), worst step-time miss {worst_step:.1%} (goal <= 30%); "
+          f"load average {load_start[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end; "
+          f"torch {torch.__version__}")
     if args.json:
-        args.json.write_text(json.dumps({"rows": rows, "billion": billion, "date": time.strftime("%Y-%m-%d %H:%M"),
+        args.json.write_text(json.dumps({"rows": rows, "billion": billion, "date": started, "torch": torch.__version__,
+                                         "load_start": load_start, "load_end": os.getloadavg(),
                                          "worst_peak_miss": worst_peak, "worst_step_miss": worst_step}, indent=1))
 
 

@@ -82,7 +82,7 @@ LAYERS = {
     "runfolder": {"errors", "config", "proctree"},
     "engine": {"errors", "config", "runfolder", "proctree"},
     "integrations": {"errors", "config", "runfolder", "engine"},
-    "planning": {"errors", "config", "engine"},
+    "planning": {"errors", "config", "runfolder", "engine"},
     "testhook": set(),
     "launch": {"errors", "config", "runfolder", "proctree", "engine", "results", "planning", "testhook"},
     "results": {"errors", "config", "runfolder"},

@@ -12,6 +12,7 @@ import workbench
 from workbench.config import JobConfig
 from workbench.engine.tasks import resolve_factory
 from workbench.errors import ArgumentError
+from workbench.planning.cost import Link
 from workbench.planning.memory import MB, step_memory
 from workbench.planning.plan import COLUMNS, fit_text, plan
 
@@ -48,8 +49,11 @@ def test_the_fake_trace_is_the_real_steps_memory(task, precision):
 
 
 def test_a_plan_has_a_row_per_world_size_with_memory_fit_and_speed():
+    """The link given (the probe's processes are tests/ddp/test_plan_probe.py's): one bucket's all-reduce
+    a step, its latency scaled by the ring's hops, plus the engine's work."""
     cfg = _cfg("synthetic", micro=16, train={"grad_accum_steps": 2, "lr": 1e-3}, scaling={"rule": "linear"})
-    frame = workbench.plan(cfg, world_sizes=(1, 2, 4))
+    link = Link(2, 1e-3, 1.0, overhead_s=0.002)
+    frame = workbench.plan(cfg, world_sizes=(1, 2, 4), link=link)
     assert list(frame.columns) == COLUMNS and frame["world_size"].tolist() == [1, 2, 4]
     assert frame["effective_batch"].tolist() == [32, 64, 128]
     assert frame["lr"].tolist() == pytest.approx([1e-3, 2e-3, 4e-3])  # tuned at 16 x 2 x 1
@@ -59,6 +63,10 @@ def test_a_plan_has_a_row_per_world_size_with_memory_fit_and_speed():
     assert (frame["step_s"] > 0).all() and frame["samples_per_s"].is_monotonic_increasing
     assert frame["epoch_s"].iloc[0] == pytest.approx(16 * frame["step_s"].iloc[0])
     assert any("measured on this machine" in n for n in frame.attrs["notes"])
+    grads = frame["grads_mb"].iloc[0] * MB  # 0.56 MiB: one bucket of the engine's 25 MiB
+    assert frame["step_s"].iloc[2] - frame["step_s"].iloc[1] == pytest.approx(
+        link.at(4).seconds("all_reduce", grads) - link.seconds("all_reduce", grads))
+    assert any("2 ranks 1000 us a call, 1.00 GB/s, engine 2.00 ms a step (given)" in n for n in frame.attrs["notes"])
     quiet = workbench.plan(cfg, world_sizes=(2,), probe=False)
     assert quiet["step_s"].isna().all() and quiet["peak_mb"].iloc[0] == frame["peak_mb"].iloc[0]
 

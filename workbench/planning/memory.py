@@ -39,6 +39,8 @@ class StepMemory:
     traced: bool
     note: str = ""
     """What was measured instead, when the step could not be traced."""
+    fwd_bwd_peak: float = float("nan")
+    """The peak of a step's forward and backward alone (the optimizer's state held, its step not taken)."""
     samples: int | None = None
     """The training set's size, as the factory built it (None: it has no length)."""
     largest_unit: int = 0
@@ -46,16 +48,31 @@ class StepMemory:
     model's repeated blocks, else its large children: engine.strategy.pick_units)."""
     root_only: int = 0
     """fsdp2: the parameter bytes in no unit, which the root gathers for the whole step."""
+    grad_sizes: tuple[int, ...] = ()
+    """The bytes of each trainable parameter's gradient, in the model's order (DDP's buckets are cut from it)."""
+    unit_sizes: tuple[int, ...] = ()
+    """fsdp2: the parameter bytes of each unit fully_shard would make, outermost first."""
 
     def sharded(self, world_size: int) -> float:
-        """The step's peak under fsdp2 at `world_size`: parameters, gradients and optimizer state a
-        rank holds shrink to 1/world_size; the gathered parameters of the root and of two units (the
-        one computing and the next, prefetched) and one unit's unsharded gradient are held whole."""
-        if world_size <= 1:
+        """The step's peak under fsdp2 at `world_size` ranks, the largest of three moments (checked against
+        torch's FSDPMemTracker on a real 2-rank run: bench/plan_bench.py):
+        - backward begins: the forward-backward peak less the whole parameters, gradients (none yet) and
+          optimizer state, plus their shards, the root's parameters whole and the two largest units'
+          gathered (the one computing and the next, prefetched);
+        - the largest unit's reduce-scatter: the shards, the other units' sharded gradients, the unit's
+          unsharded gradient, the reduce-scatter's input (a copy of it) and output (its shard), the root's
+          parameters, and at most all the activations (those of the layers backward has still to reach:
+          the conv net's convolutions in the root, after its large Linear unit; a bound, not a trace);
+        - the optimizer's step: all of it sharded, its temporaries too."""
+        if world_size <= 1 or self.peak != self.peak:  # one rank, or not traced (nan)
             return self.peak
-        spread = 1 - 1 / world_size
-        gathered = self.root_only + 3 * self.largest_unit
-        return self.peak - spread * (self.params + self.grads + self.optimizer) + spread * gathered
+        n = world_size
+        held = (self.params + self.optimizer) / n
+        unit, root = self.largest_unit, self.root_only
+        two = sum(sorted(self.unit_sizes)[-2:]) if self.unit_sizes else 2 * unit
+        begins = self.fwd_bwd_peak - (self.params + self.grads + self.optimizer) + held + root + two
+        scatter = held + (self.grads - unit) / n + (2 + 1 / n) * unit + root + self.activations
+        return max(begins, scatter, self.peak / n)
 
     @property
     def per_sample(self) -> float:
@@ -92,22 +109,37 @@ def step_memory(cfg: JobConfig, factory: Callable[..., Any], device: str = "cpu"
     params, grads = _weights(task.model)
     optimizer = build_optimizer(task.model, cfg.train, cfg.train.lr)
     state = _optimizer_bytes_expected(optimizer, torch)
-    largest, root = unit_bytes(task.model, cfg.dist.fsdp_units)
+    units, root = unit_bytes(task.model, cfg.dist.fsdp_units)
     return StepMemory(micro, params, grads, state, float("nan"), float("nan"), traced=False,
                       note=f"the step could not be traced on fake tensors ({why}); weights, gradients and "
-                           "optimizer state only", samples=_length(task.train_dataset), largest_unit=largest,
-                      root_only=root)
+                           "optimizer state only", samples=_length(task.train_dataset),
+                      largest_unit=max(units, default=0), root_only=root, grad_sizes=grad_sizes(task.model),
+                      unit_sizes=units)
 
 
-def unit_bytes(model: Any, names: list[str]) -> tuple[int, int]:
-    """(bytes of the largest fsdp2 unit's parameters, bytes of the parameters in no unit)."""
+def unit_bytes(model: Any, names: list[str]) -> tuple[tuple[int, ...], int]:
+    """(bytes of each fsdp2 unit's own parameters, outermost first; bytes of the parameters in no unit).
+    A unit nested in another is the inner one's: fully_shard gives a parameter to the innermost unit."""
     from workbench.engine.strategy import pick_units
 
     units = pick_units(model, names)
-    sizes = [sum(p.numel() * p.element_size() for p in unit.parameters()) for _, unit in units]
-    inside = {id(p) for _, unit in units for p in unit.parameters()}
-    root = sum(p.numel() * p.element_size() for p in model.parameters() if id(p) not in inside)
-    return max(sizes, default=0), root
+    owner: dict[int, int] = {}
+    for i, (_, unit) in enumerate(units):  # outermost first: an inner unit takes its parameters over
+        for p in unit.parameters():
+            owner[id(p)] = i
+    sizes = [0] * len(units)
+    root = 0
+    for p in model.parameters():
+        if id(p) in owner:
+            sizes[owner[id(p)]] += p.numel() * p.element_size()
+        else:
+            root += p.numel() * p.element_size()
+    return tuple(sizes), root
+
+
+def grad_sizes(model: Any) -> tuple[int, ...]:
+    """The bytes of each trainable parameter's gradient, in model.parameters() order."""
+    return tuple(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
 
 
 def _length(dataset: Any) -> int | None:
@@ -134,7 +166,7 @@ def _traced(cfg: JobConfig, factory: Callable[..., Any], device: str, fake: bool
         task = build_task(factory, dict(cfg.task.options))
         model = moved(task.model, device) if fake else task.model.to(device)
         params, grads = _weights(model)
-        largest, root = unit_bytes(model, cfg.dist.fsdp_units)
+        units, root = unit_bytes(model, cfg.dist.fsdp_units)
         optimizer = build_optimizer(model, cfg.train, cfg.train.lr)
         batch = to_device(default_collate([task.train_dataset[i] for i in range(micro)]), device)
 
@@ -159,11 +191,18 @@ def _traced(cfg: JobConfig, factory: Callable[..., Any], device: str, fake: bool
                 optimizer.zero_grad(set_to_none=True)
                 tracker.reset_mod_stats()  # MemTracker refuses a module's second forward otherwise
         peak = _category(tracker, kind, "Total")
+        tracker = MemTracker()
+        tracker.track_external(model, optimizer)
+        with tracker:  # a third step's forward and backward alone: fsdp2's moments (StepMemory.sharded)
+            forward().backward()
+        fwd_bwd = _category(tracker, kind, "Total")
+        optimizer.zero_grad(set_to_none=True)
         state = sum(t.numel() * t.element_size() for s in optimizer.state.values() for t in s.values()
                     if isinstance(t, torch.Tensor) and t.dim() > 0)
     buckets = 0 if cfg.dist.gradient_as_bucket_view else grads
-    return StepMemory(micro, params, grads, int(state), activations, peak + buckets, traced=True,
-                      samples=_length(task.train_dataset), largest_unit=largest, root_only=root)
+    return StepMemory(micro, params, grads, int(state), activations, peak + buckets, traced=True, fwd_bwd_peak=fwd_bwd,
+                      samples=_length(task.train_dataset), largest_unit=max(units, default=0), root_only=root,
+                      grad_sizes=grad_sizes(model), unit_sizes=units)
 
 
 def _category(tracker: Any, kind: str, name: str) -> float:
@@ -206,42 +245,3 @@ def moved(model: Any, device: str) -> Any:
                 module._buffers[name] = buffer.to(device)
     return model
 
-
-def real_step_seconds(cfg: JobConfig, factory: Callable[..., Any], device: str, threads: int,
-                      repeats: int = 3) -> float:
-    """One micro-batch's forward, backward and optimizer step on real tensors, timed (the median of
-    `repeats` after one warm-up) with the rank's thread count: the compute a step costs a rank."""
-    import statistics
-    import time
-
-    import torch
-    from torch.utils.data import default_collate
-
-    from workbench.engine.data import to_device
-    from workbench.engine.optim import build_optimizer
-    from workbench.engine.tasks import build_task, forward_loss
-
-    kind = device.split(":")[0]
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.train.precision)
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        task = build_task(factory, dict(cfg.task.options))
-        model = task.model.to(device)
-        optimizer = build_optimizer(model, cfg.train, cfg.train.lr)
-        batch = to_device(default_collate([task.train_dataset[i] for i in range(cfg.train.micro_batch_size)]),
-                          device)
-        times = []
-        for _ in range(repeats + 1):
-            began = time.perf_counter()
-            with torch.autocast(kind, dtype=dtype, enabled=dtype is not None):
-                loss = forward_loss(model, batch, task.loss_fn)[0]
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            if kind == "cuda":
-                torch.cuda.synchronize(device)
-            times.append(time.perf_counter() - began)
-        return statistics.median(times[1:])
-    finally:
-        torch.set_num_threads(before)

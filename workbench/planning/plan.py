@@ -2,15 +2,18 @@
 fits, the largest micro-batch that does, and the predicted speed.
 
 Memory comes from one trace of the training step on fake tensors (planning.memory); the same at every
-world size under DDP, which replicates the whole step on every rank.  The step's time is one micro-batch's
-compute measured once on this machine (a short probe on real tensors with the rank's thread count), times
-the accumulation steps, plus DDP's gradient all-reduce: 2(N-1)/N of the gradient bytes on a ring, at
-`bandwidth_gbps` (an assumption unless given: BANDWIDTH_GBPS by backend).  DDP overlaps the all-reduce
-with the backward pass, so the predicted step is an upper bound.
+world size under DDP, which replicates the whole step on every rank.  The step's time (planning.cost) is
+one micro-batch's compute measured on this machine (planning.compute: warm-up, then the median of many,
+with the rank's thread count), times the accumulation steps, plus the step's collectives on a link, plus
+the engine's own work a step.  The link (per-call latency, bus bandwidth) and the engine's work are
+measured by a probe of gloo at each world size this host runs (planning.probe: a few seconds once, then
+cached per backend, world size, host and settings), scaled from the largest measured to larger sizes;
+or given (`link`, `bandwidth_gbps`); NCCL's is assumed (BANDWIDTH_GBPS) until a GPU probe exists.  DDP
+all-reduces its gradient buckets (dist.bucket_cap_mb), one call each; fsdp2 all-gathers each unit's
+parameters and reduce-scatters its gradients.
 
 fsdp2 rows shard parameters, gradients and optimizer state over the ranks and add what is gathered
-whole (StepMemory.sharded); their communication is two all-gathers of the parameters (forward, and
-backward after resharding) and a reduce-scatter of the gradients, (N-1)/N of the bytes each."""
+whole (StepMemory.sharded)."""
 
 from __future__ import annotations
 
@@ -20,7 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 from workbench.config.scaling import scaling_table
 from workbench.errors import ArgumentError
-from workbench.planning.memory import MB, StepMemory, real_step_seconds, step_memory
+from workbench.planning.compute import micro_batch_seconds
+from workbench.planning.cost import Link, ddp_buckets, ddp_comm_s, fsdp2_comm_s, step_seconds
+from workbench.planning.memory import MB, StepMemory, step_memory
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -40,15 +45,18 @@ COLUMNS = ["world_size", "strategy", "micro_batch_size", "effective_batch", "lr"
 
 def plan(cfg: JobConfig, task: Callable[..., Any] | None = None, world_sizes: Iterable[int] = (1, 2, 4, 8),
          strategies: Iterable[str] | None = None, device_memory_gb: float | None = None, headroom: float = HEADROOM,
-         device: str | None = None, bandwidth_gbps: float | None = None, probe: bool = True) -> pd.DataFrame:
+         device: str | None = None, bandwidth_gbps: float | None = None, probe: bool = True,
+         link: Link | None = None) -> pd.DataFrame:
     """One row per world size and strategy (COLUMNS; per rank): the config's micro-batch, effective batch,
     scaled lr and warmup, steps per epoch; params, grads, optimizer state, activations and peak memory in
     MiB; the device's memory, whether the peak fits within `headroom` of it, and the largest micro-batch
     that does; the predicted step time, samples/s and epoch time (without `probe`, or when the probe
     fails: empty).  `task`: the factory (default: the config's task); `device`: "cuda" or "cpu" (default:
     cuda where there is one); `device_memory_gb`: the memory of the device the job will have (default: this
-    machine's GPU, or on CPU its memory shared by the ranks of a node).  What was traced, measured or assumed
-    is in the frame's attrs["notes"]."""
+    machine's GPU, or on CPU its memory shared by the ranks of a node).  `link`: the interconnect's cost
+    (latency, bus bandwidth, the engine's work a step) at some world size, scaled to the others;
+    `bandwidth_gbps`: only its bus bandwidth (no latency); neither: measured by the probe (gloo) or
+    assumed (NCCL).  What was traced, measured or assumed is in the frame's attrs["notes"]."""
     import pandas as pd
     import torch
 
@@ -75,16 +83,17 @@ def plan(cfg: JobConfig, task: Callable[..., Any] | None = None, world_sizes: It
         notes.append(f"step time: not measured (a real step needs {memory.peak / MB:,.0f} MiB, more than half of "
                      f"this machine's {room / MB:,.0f} MiB available)")
     compute_s = _probe(cfg, factory, device, notes) if probe else None
-    backend = "nccl" if device.startswith("cuda") else "gloo"
-    bandwidth = bandwidth_gbps or BANDWIDTH_GBPS[backend]
+    links = {strategy: _links(cfg.replace(dist__strategy=strategy), sizes, device, link, bandwidth_gbps,
+                              probe, notes) for strategy in strategies}
     if compute_s is not None:
-        notes.append(f"step time: one micro-batch measured on this machine ({compute_s * 1000:.1f} ms) x "
-                     f"{cfg.train.grad_accum_steps} accumulation steps, plus the gradient all-reduce at "
-                     f"{bandwidth:g} GB/s ({'given' if bandwidth_gbps else 'assumed for ' + backend})")
+        notes.append(f"step time: one micro-batch measured on this machine ({compute_s * 1000:.1f} ms, the median "
+                     f"after warm-up) x {cfg.train.grad_accum_steps} accumulation steps, plus the collectives and "
+                     "the engine's work a step")
     # batch, lr, warmup and steps per epoch as the scaling table gives them (the factory's own dataset
     # counts when the config does not give its size)
     scaling = scaling_table(cfg, sizes, dataset_size=cfg.task.train_samples or memory.samples)
-    rows = [_row(scale, strategy, memory, capacity_mb, headroom, compute_s, bandwidth)
+    rows = [_row(scale, strategy, memory, capacity_mb, headroom, _step_s(cfg, strategy, memory, compute_s,
+                                                                         links[strategy][scale["world_size"]]))
             for scale in scaling.to_dict("records") for strategy in strategies]
     frame = pd.DataFrame(rows, columns=COLUMNS)
     frame.attrs["notes"] = notes
@@ -94,18 +103,61 @@ def plan(cfg: JobConfig, task: Callable[..., Any] | None = None, world_sizes: It
     return frame
 
 
+def _step_s(cfg: JobConfig, strategy: str, memory: StepMemory, compute_s: float | None,
+            link: Link) -> float | None:
+    """The predicted step at the link's world size (planning.cost)."""
+    if compute_s is None:
+        return None
+    accum = cfg.train.grad_accum_steps
+    if strategy == "fsdp2":
+        comm = fsdp2_comm_s(link, memory.unit_sizes, memory.root_only, accum, cfg.dist.reshard_after_forward)
+    else:
+        comm = ddp_comm_s(link, ddp_buckets(memory.grad_sizes, int(cfg.dist.bucket_cap_mb * MB)))
+    return step_seconds(compute_s, accum, comm, link)
+
+
+def _links(cfg: JobConfig, sizes: list[int], device: str, link: Link | None, bandwidth_gbps: float | None,
+           measure: bool, notes: list[str]) -> dict[int, Link]:
+    """The link at each world size: given, else measured here (gloo, up to a node's ranks; the largest
+    measured scaled to the sizes beyond), else assumed."""
+    if link is None and bandwidth_gbps:
+        link = Link(1, 0.0, bandwidth_gbps, source="given")
+    backend = "nccl" if device.startswith("cuda") else "gloo"
+    found: dict[int, Link] = {}
+    if link is None and measure and backend == "gloo":
+        found = _measured(cfg, [n for n in sizes if n <= max(1, cfg.dist.procs_per_node)] or [1], notes)
+    if found:
+        link = found[max(found)]
+    elif link is None:
+        link = Link(1, 0.0, BANDWIDTH_GBPS[backend], source=f"assumed for {backend}")
+    links = {n: found.get(n) or link.at(n) for n in sizes}
+    said = [f"{n} ranks {x.latency_s * 1e6:.0f} us a call, {x.bus_gbps:.2f} GB/s, engine {x.overhead_s * 1000:.2f} "
+            f"ms a step ({x.source})" for n, x in links.items()]
+    notes.append(f"links ({cfg.dist.strategy}): " + "; ".join(said))
+    return links
+
+
+def _measured(cfg: JobConfig, sizes: list[int], notes: list[str]) -> dict[int, Link]:
+    """The probe's link at each of `sizes` (cached); nothing when it cannot run, said why."""
+    from workbench.planning.probe import cache_path, measured_link, probe_settings
+
+    settings = probe_settings(cfg, _threads(cfg))
+    try:
+        found = {n: measured_link(n, settings) for n in sizes}
+    except Exception as exc:  # noqa: BLE001 - a probe that cannot run leaves the link assumed, said why
+        notes.append(f"link: not measured ({type(exc).__name__}: {str(exc)[:160]})")
+        return {}
+    notes.append(f"link: measured by the probe (cached in {cache_path()})")
+    return found
+
+
 def _row(scale: Mapping[Any, Any], strategy: str, memory: StepMemory, capacity_mb: float, headroom: float,
-         compute_s: float | None, bandwidth_gbps: float) -> dict[str, Any]:
+         step_s: float | None) -> dict[str, Any]:
     """One row: a scaling-table row (`scale`) with this rank's memory, fit and predicted speed."""
     n, batch, steps = scale["world_size"], scale["effective_batch"], scale["steps_per_epoch"]
     steps = None if steps is None or steps != steps else int(steps)
     share = 1 / n if strategy == "fsdp2" else 1.0
     peak = memory.sharded(n) if strategy == "fsdp2" else memory.peak
-    step_s = None
-    if compute_s is not None:
-        moved_bytes = 3 * memory.params if strategy == "fsdp2" else 2 * memory.grads  # see the module's docstring
-        ring = (n - 1) / n * moved_bytes / (bandwidth_gbps * 1e9) if n > 1 else 0.0
-        step_s = compute_s * scale["grad_accum_steps"] + ring
     usable = capacity_mb * headroom
     return {
         "world_size": n, "strategy": strategy, "micro_batch_size": scale["micro_batch_size"],
@@ -120,10 +172,14 @@ def _row(scale: Mapping[Any, Any], strategy: str, memory: StepMemory, capacity_m
     }
 
 
+def _threads(cfg: JobConfig) -> int:
+    """A rank's thread count, as the launcher gives it."""
+    return cfg.dist.threads_per_rank or max(1, (os.cpu_count() or 1) // cfg.dist.procs_per_node)
+
+
 def _probe(cfg: JobConfig, factory: Callable[..., Any], device: str, notes: list[str]) -> float | None:
-    threads = cfg.dist.threads_per_rank or max(1, (os.cpu_count() or 1) // cfg.dist.procs_per_node)
     try:
-        return real_step_seconds(cfg, factory, device, threads)
+        return micro_batch_seconds(cfg, factory, device, _threads(cfg))
     except Exception as exc:  # noqa: BLE001 - a probe that cannot run leaves the speed unknown, said why
         notes.append(f"step time: not measured ({type(exc).__name__}: {str(exc)[:160]})")
         return None

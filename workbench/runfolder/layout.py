@@ -60,6 +60,13 @@ RANK_JSONL = "rank*.jsonl"
 """The per-rank JSON-lines files of a metrics or events folder (rank_of reads R from the name)."""
 
 
+def user_cache(name: str) -> Path:
+    """$XDG_CACHE_HOME/workbench/<name> (default ~/.cache/workbench): what this user's machine measured
+    once and keeps (the plan's link probe: links.json)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "workbench" / name
+
+
 PAYLOAD = "payload.pkl"
 """What a run executes beyond what its config says (its payload: a task factory passed as a Python
 object, a user's function with its arguments, or a script with its own), cloudpickled; in a sweep

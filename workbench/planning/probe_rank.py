@@ -1,0 +1,129 @@
+"""Runs inside each rank of the link probe (planning.probe starts them): what a collective and the engine's
+own per-step work cost on this host at this world size.
+
+    python -m workbench.planning.probe_rank OUT.json SETTINGS_JSON      (RANK, WORLD_SIZE, MASTER_* set)
+
+1. all_reduce at two sizes (SMALL_BYTES, LARGE_BYTES), the median of each: planning.cost.fit_link makes the
+   per-call latency and the bus bandwidth of them.
+2. The engine's own work a step: the real Trainer (its train_step, and the health check as often as fit()
+   runs it) on a tiny model, against the same model's bare step (planning.compute.training_step) in the
+   same process, alternating blocks, in the main thread's CPU time (on a shared machine, wall time
+   differences of a millisecond drown in the other processes' noise; CPU time much less).  What it
+   adds is DDP's or FSDP2's bookkeeping, the comm hook, the record, the loss reduce: what a real
+   model's step pays beside its compute and its bytes (waiting for a collective costs no CPU: the link
+   counts that).
+Rank 0 writes the result beside OUT and renames it onto OUT (a reader never sees half a file)."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+SMALL_BYTES = 4 * 2**10
+LARGE_BYTES = 8 * 2**20
+TINY = {"dim": 8, "hidden": 16, "classes": 2, "n_train": 4096, "n_val": 8}
+"""The tiny model of the overhead probe: its compute and bytes are small beside the engine's own work."""
+
+
+def collective_seconds(nbytes: int, repeats: int = 12) -> float:
+    """The median time of an all_reduce of `nbytes` (float32), after 3 warm-up calls.  All ranks must
+    call this together, with the same arguments."""
+    import torch
+    import torch.distributed as dist
+
+    buffer = torch.zeros(max(1, nbytes // 4))
+    times = []
+    for i in range(repeats + 3):
+        dist.barrier()  # collective: every rank starts the call together
+        began = time.perf_counter()
+        dist.all_reduce(buffer)  # collective: the measured one
+        if i >= 3:
+            times.append(time.perf_counter() - began)
+    return statistics.median(times)
+
+
+def engine_overhead(settings: dict[str, Any], blocks: int = 5, block: int = 10) -> dict[str, float]:
+    """The tiny model's engine step and bare step, medians of wall time and of the main thread's CPU time
+    (seconds), and its gradient bytes."""
+    import torch
+    import torch.distributed as dist
+
+    from workbench.config import JobConfig
+    from workbench.engine.builtin_tasks import synthetic_classification
+    from workbench.engine.data import start_epoch
+    from workbench.engine.env import DistEnv
+    from workbench.engine.monitor import RankMonitor
+    from workbench.engine.trainer import Trainer, _due
+    from workbench.planning.compute import training_step
+    from workbench.runfolder.layout import RunDir
+
+    cfg = JobConfig.from_dict({"task": {"name": "synthetic", "options": TINY},
+                               "train": {"micro_batch_size": 4, "max_steps": 10**9, **settings["train"]},
+                               "dist": {"procs_per_node": dist.get_world_size(), **settings["dist"]}})
+    env = DistEnv.from_environ()
+    run = RunDir(Path(tempfile.mkdtemp(prefix="workbench-probe-")))
+    monitor = RankMonitor(run, env.rank, env.world_size).start()
+    monitor.set_state("running")
+    torch.manual_seed(0)
+    trainer = Trainer(cfg, synthetic_classification(**TINY), env, "cpu", run, monitor)
+    bare_task = synthetic_classification(**TINY)
+    bare = training_step(cfg, bare_task, bare_task.model, "cpu")
+
+    def batches() -> Any:
+        epoch = 0
+        while True:
+            yield from start_epoch(trainer.loader, epoch, 0, 0, env.rank)
+            epoch += 1
+
+    found = batches()
+
+    def engine_step() -> None:
+        trainer.train_step(found)  # collective: DDP's all-reduce (fsdp2: gathers), the loss reduce
+        if _due(trainer.step, cfg.dist.check_every_steps):
+            trainer.health.check(trainer.step)  # collective: as fit() runs it
+
+    timed: dict[str, list[float]] = {"engine_step_s": [], "bare_step_s": [], "engine_cpu_s": [], "bare_cpu_s": []}
+    for i in range(blocks + 1):  # the first block of each is warm-up
+        for name, step in (("engine", engine_step), ("bare", bare)):
+            for _ in range(block):
+                began, cpu = time.perf_counter(), time.thread_time()
+                step()
+                if i:
+                    timed[f"{name}_step_s"].append(time.perf_counter() - began)
+                    timed[f"{name}_cpu_s"].append(time.thread_time() - cpu)
+    result = {name: statistics.median(values) for name, values in timed.items()}
+    result["tiny_grad_bytes"] = sum(p.numel() * p.element_size() for p in bare_task.model.parameters())
+    return result
+
+
+def main(out: str, settings_json: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from workbench.engine.trainer import keep_freed_memory
+
+    settings = json.loads(settings_json)
+    torch.set_num_threads(settings["threads"])
+    keep_freed_memory()  # as a rank's worker does
+    dist.init_process_group("gloo")  # collective: every probe rank meets here
+    small, large = collective_seconds(SMALL_BYTES), collective_seconds(LARGE_BYTES)
+    overhead = engine_overhead(settings)
+    if dist.get_rank() == 0:
+        result = {"world_size": dist.get_world_size(), "small": [SMALL_BYTES, small], "large": [LARGE_BYTES, large],
+                  **overhead, "load": os.getloadavg()[0]}
+        tmp = f"{out}.{os.getpid()}.tmp"
+        Path(tmp).write_text(json.dumps(result))
+        os.replace(tmp, out)
+    dist.barrier()  # collective: no rank leaves before rank 0 wrote
+    sys.stdout.flush()
+    os._exit(0)  # the monitor's heartbeat thread and the process group go with the process
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
