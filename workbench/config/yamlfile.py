@@ -92,19 +92,26 @@ def _loader() -> type:
     return _LOADER
 
 
+class _Checked:
+    """The checks both loaders (pure Python, and libyaml's parser) make as they read: the document's
+    size and depth (_check_size) and each mapping's keys (_check_keys)."""
+
+    def get_single_node(self) -> Any:
+        node = super().get_single_node()  # type: ignore[misc]
+        if node is not None:
+            _check_size(node)
+        return node
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        _check_keys(node)
+        return super().construct_mapping(node, deep=deep)  # type: ignore[misc]
+
+
 def _make_loader() -> type:
     import yaml
 
-    class ConfigLoader(yaml.SafeLoader):
-        def get_single_node(self) -> Any:
-            node = super().get_single_node()
-            if node is not None:
-                _check_size(node)
-            return node
-
-        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-            _check_keys(node)
-            return super().construct_mapping(node, deep=deep)
+    class ConfigLoader(_Checked, yaml.SafeLoader):
+        pass
 
     ConfigLoader.yaml_constructors = {tag: c for tag, c in yaml.SafeLoader.yaml_constructors.items()
                                       if tag in _PLAIN_TAGS or tag is None}
@@ -134,21 +141,11 @@ def _c_loader() -> type | None:
 
         from yaml._yaml import CParser
 
-        class CConfigLoader(CParser, yaml.constructor.SafeConstructor, yaml.resolver.Resolver):
+        class CConfigLoader(_Checked, CParser, yaml.constructor.SafeConstructor, yaml.resolver.Resolver):
             def __init__(self, stream: Any) -> None:
                 CParser.__init__(self, stream)
                 yaml.constructor.SafeConstructor.__init__(self)
                 yaml.resolver.Resolver.__init__(self)
-
-            def get_single_node(self) -> Any:
-                node = CParser.get_single_node(self)
-                if node is not None:
-                    _check_size(node)
-                return node
-
-            def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-                _check_keys(node)
-                return super().construct_mapping(node, deep=deep)
 
         CConfigLoader.yaml_constructors = plain.yaml_constructors  # type: ignore[attr-defined]
         CConfigLoader.yaml_implicit_resolvers = plain.yaml_implicit_resolvers  # type: ignore[attr-defined]
