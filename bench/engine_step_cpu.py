@@ -119,7 +119,7 @@ def _engine(root: Path, torch_ddp: bool = False, reduce_each_step: bool = False,
     from workbench.config import JobConfig
     from workbench.engine import trainer as trainer_module
     from workbench.engine.builtin_tasks import synthetic_classification
-    from workbench.engine.data import start_epoch
+    from workbench.engine.data import endless
     from workbench.engine.env import DistEnv
     from workbench.engine.monitor import RankMonitor
     from workbench.engine.trainer import Trainer, _due
@@ -154,13 +154,7 @@ def _engine(root: Path, torch_ddp: bool = False, reduce_each_step: bool = False,
     clip = torch_clip_ if torch_clip else engine_clip  # the Trainer calls its module's name: set for each step
     monitor.set_state("running")
 
-    def batches() -> Iterator[Any]:
-        epoch = 0
-        while True:
-            yield from start_epoch(trainer.loader, epoch, 0, 0, env.rank)
-            epoch += 1
-
-    found = batches()
+    found = endless(trainer.loader, 0, env.rank)
 
     def step() -> None:
         trainer_module.clip_grad_norm = clip  # type: ignore[assignment]

@@ -82,6 +82,15 @@ def start_epoch(loader: DataLoader, epoch: int, start: int, seed: int, rank: int
     return iter(loader)
 
 
+def endless(loader: DataLoader, seed: int, rank: int) -> Iterator[Any]:
+    """Batches without end: epoch after epoch from its start, as a rank goes on past a short dataset
+    (what the plan's probes and the step benches time)."""
+    epoch = 0
+    while True:
+        yield from start_epoch(loader, epoch, 0, seed, rank)
+        epoch += 1
+
+
 def resumable_sampler(loader: DataLoader) -> ResumableSampler:
     """The training loader's sampler (train_loader made it a ResumableSampler)."""
     sampler = loader.sampler

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ def training_step(cfg: JobConfig, task: Any, model: Any, device: str) -> Callabl
     """A rank's step of one micro-batch without DDP: data, forward, backward, clip, optimizer step."""
     import torch
 
-    from workbench.engine.data import start_epoch, to_device, train_loader
+    from workbench.engine.data import endless, to_device, train_loader
     from workbench.engine.optim import build_optimizer
     from workbench.engine.strategy import clip_grad_norm
     from workbench.engine.tasks import forward_loss
@@ -69,13 +69,7 @@ def training_step(cfg: JobConfig, task: Any, model: Any, device: str) -> Callabl
     optimizer = build_optimizer(model, t, t.lr)
     loader = train_loader(task.train_dataset, cfg.data, t.micro_batch_size, 0, 1, t.seed, device)
 
-    def batches() -> Iterator[Any]:
-        epoch = 0
-        while True:  # a short dataset: the next epoch, as the rank would
-            yield from start_epoch(loader, epoch, 0, t.seed, 0)
-            epoch += 1
-
-    found = batches()
+    found = endless(loader, t.seed, 0)  # a short dataset: the next epoch, as the rank would
 
     def step() -> None:
         batch = to_device(next(found), device)

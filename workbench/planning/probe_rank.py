@@ -56,7 +56,7 @@ def engine_overhead(settings: dict[str, Any], blocks: int = 5, block: int = 10) 
 
     from workbench.config import JobConfig
     from workbench.engine.builtin_tasks import synthetic_classification
-    from workbench.engine.data import start_epoch
+    from workbench.engine.data import endless
     from workbench.engine.env import DistEnv
     from workbench.engine.monitor import RankMonitor
     from workbench.engine.trainer import Trainer, _due
@@ -75,13 +75,7 @@ def engine_overhead(settings: dict[str, Any], blocks: int = 5, block: int = 10) 
     bare_task = synthetic_classification(**TINY)
     bare = training_step(cfg, bare_task, bare_task.model, "cpu")
 
-    def batches() -> Any:
-        epoch = 0
-        while True:
-            yield from start_epoch(trainer.loader, epoch, 0, 0, env.rank)
-            epoch += 1
-
-    found = batches()
+    found = endless(trainer.loader, 0, env.rank)
 
     def engine_step() -> None:
         trainer.train_step(found)  # collective: DDP's all-reduce (fsdp2: gathers), the loss reduce
