@@ -4,6 +4,7 @@ step logger's reduce-and-stop protocol (on a real one-rank gloo group in this pr
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -212,3 +213,36 @@ def test_user_codes_own_init_and_destroy_find_the_group_workbench_holds(one_rank
         dist.destroy_process_group()
         assert dist.is_initialized() and dist.get_world_size() == 1
     assert (dist.init_process_group, dist.destroy_process_group) == real
+
+
+def _hung_and_raised(tmp_path, hang_first: bool) -> tuple[dict, list[dict]]:
+    """Rank 1 of 2 names itself hung (its heartbeat's path) and raises what its peer's stop led to, in either order."""
+    from workbench.engine.hang import Stuck
+    from workbench.engine.monitor import RankMonitor
+
+    run = RunDir(tmp_path)
+    monitor = RankMonitor(run, 1, 2, on_hang="fail")
+    consequence = RuntimeError("[pair.cc:553] Connection closed by peer [127.0.0.1]:43177")
+    steps = [lambda: monitor._name_hung("rank 1 hung: no progress for 10 s, ranks in different collectives",
+                                        Stuck(10.0, True, "train.py:9 in step"), [0]),
+             lambda: monitor.fail(consequence)]
+    for step in steps if hang_first else steps[::-1]:
+        step()
+    monitor.close()
+    events = [json.loads(line) for line in run.events(1).read_text().splitlines()]
+    return run.read_error(1), events
+
+
+def test_a_rank_that_named_itself_hung_keeps_the_hang_as_its_cause_whatever_it_raises_after(tmp_path):
+    """The peer that saw rank 1's Hung error stops, which closes the connection rank 1 waits on: rank 1 then
+    raises from gloo.  That exception is the hang's consequence: the error file keeps the hang (a CI run named
+    rank 1's RuntimeError instead), the exception is an event marked as after it."""
+    error, events = _hung_and_raised(tmp_path, hang_first=True)
+    assert error["type"] == "Hung" and "different collectives" in error["message"], error
+    assert [e.get("after") for e in events if e["event"] == "error"] == ["Hung"], events
+
+
+def test_a_rank_that_raised_first_keeps_its_exception_when_its_heartbeat_then_finds_it_stuck(tmp_path):
+    error, events = _hung_and_raised(tmp_path, hang_first=False)
+    assert error["type"] == "RuntimeError" and "Connection closed" in error["message"], error
+    assert [e.get("after") for e in events if e["event"] == "error"] == [None], events

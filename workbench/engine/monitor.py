@@ -115,6 +115,8 @@ class RankMonitor:
         self.saving = threading.Lock()
         self.failing = False
         """The main thread is recording this rank's own failure: a peer's must not stop it half way."""
+        self.hang_reported = False
+        """This rank wrote its error file as hung (dist.on_hang fail): the cause, whatever it raises after."""
         self._recording = threading.Lock()
         self._stop = threading.Event()
         self._heartbeat_s = heartbeat_s
@@ -162,11 +164,15 @@ class RankMonitor:
                 return  # not a failure yet: the agents meet again on a fresh port (worker: PORT_TAKEN_EXIT_CODE)
             full = "".join(traceback.format_exception(exc))
             kind, message = describe(exc)
-            write_error(self.run, self.rank, error_record(self.rank, kind, _clip(message), _clip(user_traceback(exc)),
-                                                          self.attempt, node_name(), self.step,
-                                                          traceback_full=_clip(full)))
+            if not self.hang_reported:
+                write_error(self.run, self.rank, error_record(
+                    self.rank, kind, _clip(message), _clip(user_traceback(exc)), self.attempt, node_name(),
+                    self.step, traceback_full=_clip(full)))
         with contextlib.suppress(OSError):  # the disk may be full
-            self.event(events.ERROR, type=kind, message=_clip(message, 2000))
+            # After this rank named itself hung, what it raises is what the hang led to (a peer that stopped
+            # closed the connection it waited on): the hang stays its cause, the exception an event.
+            self.event(events.ERROR, type=kind, message=_clip(message, 2000),
+                       **({"after": "Hung"} if self.hang_reported else {}))
             self.set_state("failed")
 
     @contextlib.contextmanager
@@ -315,9 +321,13 @@ class RankMonitor:
         if self.on_hang != "fail":
             self.event(events.WARNING, message=f"{message} (dist.on_hang is warn: the run goes on)")
             return
-        write_error(self.run, self.rank, error_record(
-            self.rank, "Hung", message, stack_text(main_frame()), self.attempt, node_name(), self.step,
-            where=found.where, waiting_ranks=waiting, reported_by="itself", **which))
+        with self._recording:  # one cause per rank: an exception raised first keeps its own (fail)
+            if self.failing:
+                return
+            write_error(self.run, self.rank, error_record(
+                self.rank, "Hung", message, stack_text(main_frame()), self.attempt, node_name(), self.step,
+                where=found.where, waiting_ranks=waiting, reported_by="itself", **which))
+            self.hang_reported = True
 
     def _waiting_peers(self) -> dict[int, dict[str, Any]]:
         """Peers whose status says they wait in a collective, with it (read only when this rank is stuck)."""
