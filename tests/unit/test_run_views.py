@@ -410,6 +410,23 @@ def test_the_memory_axis_starts_at_zero_so_one_mib_is_no_leak():
         assert axes[0].get_ylim()[0] > 0.5  # the loss is not drawn from zero
 
 
+def test_a_flat_memory_series_is_drawn_inside_its_panel():
+    """Every step at about the same peak (315 MiB, a small model on CPU): run.plot() autoscaled the axis to a
+    sliver around 315 before it was stretched down to 0, so the line lay on the panel's top edge, unseen (a
+    fresh-clone walk of notebook 01); both figures leave room above it."""
+    from workbench.results.plots import options, plot_run
+    from workbench.ui.render import LiveFigure
+
+    frame = pd.DataFrame({"rank": np.repeat([0, 1], 40), "step": np.tile(np.arange(1, 41), 2),
+                          "loss": 1.0, "mem_mb": np.repeat([315.08, 314.66], 40)})
+    live = LiveFigure()
+    live.update(frame, None, options())
+    for axes in (plot_run(frame).axes, live.axes):
+        memory = next(ax for ax in axes if ax.get_title(loc="left") == "peak memory (MiB)")
+        low, high = memory.get_ylim()
+        assert low <= 0 and 315 * 1.03 <= high < 400, (low, high)
+
+
 def test_the_live_legend_keeps_left_of_the_toolbar():
     """ipympl's toolbar (228 px at the top right, shown while the pointer is on the figure) covered the
     legend's last entry (issue 29 item 10): the live figure's legend ends left of it, at any width."""

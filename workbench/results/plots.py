@@ -151,7 +151,7 @@ def plot_run(frame: pd.DataFrame | MetricData, panels: Sequence[str] | None = No
             specs = panel_specs(panel, data, x, o, views, FOREGROUND[o.theme])
             add_artists(ax, specs)
             if panel.from_zero:
-                ax.set_ylim(bottom=min(0.0, ax.get_ylim()[0]))
+                from_zero(ax)
             decorate(ax, panel, specs, o, x, note_hidden=True)
         legend = figure_legend(fig, axes)
         if fixed_layout:
@@ -159,6 +159,16 @@ def plot_run(frame: pd.DataFrame | MetricData, panels: Sequence[str] | None = No
         if not chosen:
             fig.text(0.5, 0.5, "no metrics logged yet", ha="center", va="center", fontsize=13)
     return fig
+
+
+def from_zero(ax: Axes) -> None:
+    """A panel of amounts (Panel.from_zero) from 0 up to its data plus the live figure's 6%: a flat series
+    (the same peak memory every step, autoscaled to a sliver around it) was drawn on the panel's top edge."""
+    low, high = ax.get_ylim()
+    bottom, top = min(0.0, low), ax.dataLim.y1
+    if np.isfinite(top):
+        high = max(high, top + 0.06 * (top - bottom))
+    ax.set_ylim(bottom, high)
 
 
 FIXED_MARGINS_IN = {"left": 0.8, "right": 0.25, "top": 0.75, "bottom": 0.6, "wspace": 1.0, "hspace": 0.65}
