@@ -23,6 +23,8 @@ bench/failure_latency.py's hang column).  The cells, and why the others take the
   variables (no launcher of its own under workbench) and runs the step and backward in its own frames; the
   waiting rank is in DDP's reducer as in any script.  Fabric and Accelerate loops call the same DDP.
 
+On SLURM (tests/slurm/test_slurm_failures.py): a script rank stuck in its loss, two nodes, one rank each.
+
 A SIGSTOPped rank has no user frame to name (a stopped process runs nothing and was not stalled before): its
 message names the collective the noticing rank waits in and that rank's frame."""
 
