@@ -1,8 +1,10 @@
 """A plain Lightning Trainer script (DDP on CPU) whose rank 1 hangs in training_step at step 6.
 
-    lightning_hang.py OUT [RANK]   RANK (default 1) never returns from training_step 6; the other rank
-                                   waits for its gradients in DDP's all-reduce
+    lightning_hang.py OUT   rank 1 writes the time into OUT/hung_at (bench/failure_latency.py's hang column reads
+                            it), then never returns from training_step 6; rank 0 waits for its gradients in
+                            DDP's all-reduce
 """
+import os
 import sys
 import time
 
@@ -12,8 +14,6 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from workbench.integrations.lightning import WorkbenchLogger
 
-HUNG_RANK = int(sys.argv[2]) if len(sys.argv) > 2 else 1
-
 
 class Regressor(L.LightningModule):
     def __init__(self):
@@ -21,7 +21,10 @@ class Regressor(L.LightningModule):
         self.net = torch.nn.Linear(8, 1)
 
     def training_step(self, batch, batch_idx):
-        if batch_idx == 6 and self.global_rank == HUNG_RANK:
+        if batch_idx == 6 and self.global_rank == 1:
+            os.makedirs(sys.argv[1], exist_ok=True)
+            with open(os.path.join(sys.argv[1], "hung_at"), "w") as fh:
+                fh.write(repr(time.time()))
             while True:  # a bug that never returns: the other rank waits for its gradients
                 time.sleep(0.05)
         x, y = batch
