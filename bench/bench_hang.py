@@ -3,8 +3,9 @@ the seconds from the hang to the user holding the named failure, and what was na
 
     python bench/bench_hang.py SHAPE RUN_ROOT STALL_S
 
-SHAPE: factory | submit_fn | script | pool | collectives | sigstop (failure_latency.SHAPES says each).  The hung
-code notes when it hangs in the file BENCH_HANG_MARK names (the ranks inherit the environment)."""
+SHAPE: factory | submit_fn | script | pool | collectives | sigstop | lightning | slurm (failure_latency.SHAPES says
+each; slurm needs a cluster: WORKBENCH_SLURM_PARTITION and SLURM's variables).  The hung code notes when it hangs in
+the file BENCH_HANG_MARK names (the ranks inherit the environment); the Lightning script in OUT/hung_at."""
 
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ from workbench.runfolder.layout import read_json
 
 MARK = "BENCH_HANG_MARK"
 SCRIPT = Path(__file__).with_name("failing_script.py")
+LIGHTNING = Path(__file__).parent.parent / "tests" / "support" / "scripts" / "integrations" / "lightning_hang.py"
+PARTITION = "WORKBENCH_SLURM_PARTITION"
 
 
 def _mark() -> None:
@@ -109,6 +112,13 @@ def launched(root: str, stall_s: float, mark: str) -> tuple[float, dict]:
     return seen, {"rank": 1 if said else None, "type": "Hung" if said else None, "message": said}
 
 
+def on_slurm(cfg: workbench.JobConfig, mark: str) -> tuple[float, dict]:
+    """The script through the SLURM executor: two nodes, one rank each; it notes its hang in `mark` (JSON)."""
+    cfg = cfg.with_overrides(["dist.nodes=2", "dist.procs_per_node=1", "launch.executor=slurm",
+                              f"launch.slurm.partition={os.environ[PARTITION]}", "launch.slurm.cpus_per_task=1"])
+    return submitted(workbench.submit_script(SCRIPT, ["hang", mark], cfg))
+
+
 def main() -> None:
     shape, root, stall_s = sys.argv[1], sys.argv[2], float(sys.argv[3])
     os.environ[MARK] = mark = os.path.join(tempfile.mkdtemp(), "hung_at")
@@ -125,9 +135,13 @@ def main() -> None:
             seen, said = submitted(pool.submit_fn(own_loop))
         finally:
             pool.close()
-    elif shape == "script":
+    elif shape == "lightning":
+        out = tempfile.mkdtemp()
+        seen, said = submitted(workbench.submit_script(LIGHTNING, [out], cfg))
+        mark = os.path.join(out, "hung_at")
+    elif shape in ("script", "slurm"):
         os.environ[MARK] = mark = os.path.join(tempfile.mkdtemp(), "hung_at.json")
-        seen, said = launched(root, stall_s, mark)
+        seen, said = on_slurm(cfg, mark) if shape == "slurm" else launched(root, stall_s, mark)
         print(json.dumps({"latency_s": seen - json.loads(Path(mark).read_text())["raised_at"], **said}))
         return
     else:

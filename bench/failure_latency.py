@@ -16,14 +16,18 @@ The same plain script (bench/failing_script.py, no workbench import), 2 ranks on
   then to the user holding the named failure: `run.wait()` returning with rank 1 Hung (or Lost) for
   submitted code, the `[workbench] rank 1 (...) hung` line for `workbench launch`.  Every shape runs with
   `dist.stall_after_s` (and `dist.lost_after_s`) = --stall-s; a latency is that limit plus the time to see
-  it.  The shapes are those of tests/ddp/test_hang_shapes.py (bench_hang.py holds their code).
+  it.  The shapes are those of tests/ddp/test_hang_shapes.py (bench_hang.py holds their code); `--slurm`
+  adds a script through the SLURM executor on the tests' own cluster (tests/support/slurm_cluster.py,
+  started or joined, under the tests' machine lock so no SLURM test runs beside it).
 
     python bench/failure_latency.py [--rounds 5] [--lines 20] [--hang-rounds 1] [--stall-s 10] [--only hang]
+                                    [--slurm] [--shapes lightning,slurm]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -33,6 +37,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 SCRIPT = Path(__file__).with_name("failing_script.py")
@@ -42,7 +47,9 @@ SHAPES = {"factory": "a factory in the submitting file, stuck in its loss",
           "script": "workbench launch, a script without workbench.log, stuck",
           "pool": "a warm pool's submit_fn, stuck in Python",
           "collectives": "submit_fn, ranks in different collectives",
-          "sigstop": "the built-in task, a rank SIGSTOPped (dist.lost_after_s)"}
+          "sigstop": "the built-in task, a rank SIGSTOPped (dist.lost_after_s)",
+          "lightning": "a Lightning Trainer script (submit_script), stuck in training_step"}
+SLURM_SHAPE = {"slurm": "a script on SLURM (2 nodes x 1 rank), stuck"}
 SUMMARY = {"torchrun": re.compile(r"Root Cause"), "workbench": re.compile(r"^\[workbench\] rank 1\b.*raised")}
 
 
@@ -115,13 +122,14 @@ def launcher_rounds(rounds: int, lines: int, folder: Path) -> None:
               f"{med['stderr_lines']:.0f} stderr lines, {med['tracebacks']:.0f} tracebacks")
 
 
-def hang_rounds(rounds: int, stall_s: float, folder: Path) -> None:
+def hang_rounds(rounds: int, stall_s: float, folder: Path, shapes: dict[str, str]) -> None:
     """The hang column: per shape, from the hang to the named failure (bench_hang.py runs each shape)."""
     found: dict[str, list[float]] = {}
     for i in range(rounds):
-        for shape in SHAPES:
+        for shape in shapes:
             cmd = [sys.executable, str(HANG), shape, str(folder / "runs"), str(stall_s)]
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+            with test_cluster(shape in SLURM_SHAPE) as env:
+                done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env={**os.environ, **env})
             said = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else None
             if said is None or said["message"] is None:
                 raise RuntimeError(f"{shape}: exit {done.returncode}\n{done.stderr[-3000:]}")
@@ -129,8 +137,23 @@ def hang_rounds(rounds: int, stall_s: float, folder: Path) -> None:
             print(f"hang round {i + 1} {shape:12s} {said['latency_s']:6.1f} s  rank {said['rank']} {said['type']}: "
                   f"{said['message'][:160]}", flush=True)
     for shape, seconds in found.items():
-        print(f"hang {SHAPES[shape]:58s} median {statistics.median(seconds):6.1f} s from the hang to the named failure "
+        print(f"hang {shapes[shape]:58s} median {statistics.median(seconds):6.1f} s from the hang to the named failure "
               f"(limit {stall_s:.0f} s; {len(seconds)} rounds: {', '.join(f'{x:.1f}' for x in seconds)})")
+
+
+@contextlib.contextmanager
+def test_cluster(wanted: bool) -> Iterator[dict[str, str]]:
+    """The tests' SLURM cluster for one shape's run (started, or joined where a test session runs it), under the
+    tests' machine lock, so no SLURM test runs beside the bench's job: yields the variables its clients need."""
+    if not wanted:
+        yield {}
+        return
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests.support.exclusive import held
+    from tests.support.slurm_cluster import shared
+
+    with held("machine"), shared() as cluster:
+        yield {**cluster.env, "WORKBENCH_SLURM_PARTITION": cluster.partition}
 
 
 def main() -> None:
@@ -140,12 +163,20 @@ def main() -> None:
     parser.add_argument("--hang-rounds", type=int, default=1)
     parser.add_argument("--stall-s", type=float, default=10.0)
     parser.add_argument("--only", choices=("launchers", "hang"))
+    parser.add_argument("--slurm", action="store_true", help="the hang column on the tests' SLURM cluster too")
+    parser.add_argument("--shapes", help="the hang column's shapes, comma-separated (default: all)")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="failure-bench-"))
     if args.only != "hang":
         launcher_rounds(args.rounds, args.lines, folder)
     if args.only != "launchers":
-        hang_rounds(args.hang_rounds, args.stall_s, folder)
+        shapes = {**SHAPES, **(SLURM_SHAPE if args.slurm else {})}
+        picked = args.shapes.split(",") if args.shapes else list(shapes)
+        unknown = [name for name in picked if name not in shapes]
+        if unknown:
+            parser.error(f"--shapes: no shape {', '.join(unknown)}; the shapes are {', '.join(shapes)}"
+                         + ("" if args.slurm else " (slurm with --slurm)"))
+        hang_rounds(args.hang_rounds, args.stall_s, folder, {name: shapes[name] for name in picked})
 
 
 if __name__ == "__main__":

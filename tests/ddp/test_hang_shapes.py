@@ -18,6 +18,12 @@ bench/failure_latency.py's hang column).  The cells, and why the others take the
 - stuck in a DataLoader worker's __getitem__, a factory named by module (`package.module:function`, as from
   YAML) with data.num_workers 1 (here): the frame is in the worker process, read from the rank
   (engine.loaderstacks); a user's own loop with a DataLoader waits in the same torch iterator.
+- stuck in Python in training_step, a Lightning Trainer script (strategy ddp, 2 CPU devices, its one added line
+  logger=WorkbenchLogger()) under submit_script (here): Lightning makes its own process group from torchrun's
+  variables (no launcher of its own under workbench) and runs the step and backward in its own frames; the
+  waiting rank is in DDP's reducer as in any script.  Fabric and Accelerate loops call the same DDP.
+
+On SLURM (tests/slurm/test_slurm_failures.py): a script rank stuck in its loss, two nodes, one rank each.
 
 A SIGSTOPped rank has no user frame to name (a stopped process runs nothing and was not stalled before): its
 message names the collective the noticing rank waits in and that rank's frame."""
@@ -196,4 +202,21 @@ def test_a_rank_whose_dataloader_worker_hangs_in_getitem_is_named_at_that_frame(
     assert "tasks_for_tests.py:" in failure.where and failure.where.endswith("in __getitem__"), failure.where
     assert "in its DataLoader worker (pid " in failure.message, failure.message
     assert "which rank 1 never entered" in failure.message, failure.message
+    assert_nothing_left(run.folder)
+
+
+def test_a_lightning_script_whose_rank_hangs_in_training_step_names_rank_collective_and_frame(tmp_path):
+    """A plain Lightning Trainer script launched as users launch one (submit_script): rank 1 never returns from
+    training_step 6 while rank 0 waits for its gradients in DDP's all-reduce, in Lightning's frames."""
+    script = SCRIPTS / "integrations" / "lightning_hang.py"
+    run = workbench.submit_script(script, [str(tmp_path / "out")],
+                                  cfg(tmp_path, dist={"stall_after_s": STEP_STALL_S, "timeout_s": 600}), nproc=2)
+    assert run.wait(timeout=240).state == "failed"
+    failure = run.exception()
+    assert (failure.rank, failure.type) == (1, "Hung"), failure.summary()
+    line = next(n for n, text in enumerate(script.read_text().splitlines(), 1) if "time.sleep(0.05)" in text)
+    assert failure.where == f"{script}:{line} in training_step", failure.where  # the user's line, not Lightning's
+    assert "rank 0 waits for it in a collective (all_reduce #" in failure.message, failure.message
+    assert "which rank 1 never entered" in failure.message, failure.message
+    assert [r.state for r in run.status().ranks] == ["aborted", "hung"]
     assert_nothing_left(run.folder)

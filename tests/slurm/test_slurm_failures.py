@@ -1,6 +1,6 @@
 """Failures on a real SLURM cluster (slurmctld + two slurmd nodes on this machine), as the agents see
 them there: a raising rank named with the user's frame and no workbench frames, its interleaved log
-in the run folder; a hung rank named with its frame; torch's @record error file read into the
+in the run folder; a hung rank named with its collective and frame; torch's @record error file read into the
 failure; nothing of the job left.  And a SLURM whose accounting does not answer (a real slurm.conf
 pointing at a closed port): the job's state is one `workbench:` line in SLURM's words (exit 2 in the
 CLI), never submitit's "Bypassing sacct error" warnings."""
@@ -63,12 +63,16 @@ def test_a_raising_rank_on_slurm_is_named_in_its_own_frames_with_its_log(slurm_c
     _job_gone(run)
 
 
-def test_a_hung_rank_on_slurm_is_named_with_its_frame(slurm_cluster, tmp_path):
+def test_a_hung_rank_on_slurm_is_named_with_its_collective_and_frame(slurm_cluster, tmp_path):
+    """Two nodes, one rank each, through the SLURM executor: rank 1 loops in its loss, rank 0 waits for its
+    gradients; the flight recorder every rank's agent turns on, here on its SLURM node, names the collective."""
     run = workbench.submit_script(FAULTS, ["hang", "1"], _cfg(tmp_path, slurm_cluster, stall_after_s=3))
     assert run.wait(timeout=300).state == "failed"
     failure = run.exception()
     assert (failure.rank, failure.type) == (1, "Hung"), failure.summary()
     assert "faults.py:" in failure.where and failure.where.endswith("in loss_fn"), failure.where
+    assert "rank 0 waits for it in a collective (all_reduce #" in failure.message, failure.message
+    assert "which rank 1 never entered" in failure.message, failure.message
     assert [f.rank for f in failure.consequences] == [0], failure.summary()
     _job_gone(run)
 
