@@ -342,3 +342,34 @@ def test_a_factory_from_the_submitting_file_names_its_hung_rank_on_the_default_e
     assert "rank 0 waits for it in a collective (all_reduce #" in said["message"], said
     assert "which rank 1 never entered" in said["message"], said  # the flight recorder's collective, either hook
     assert_nothing_left(Path(said["folder"]))
+
+
+def sizes_that_differ():
+    """submit_fn: at step 6 rank 0 sums 3 numbers and rank 1 five, in the same all_reduce: gloo aborts a rank
+    in native code (its C++ enforce, "Is there a distributed collective mismatch in your code?"), where NCCL
+    would hang (that case is the flight recorder's: test_hang_shapes)."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import workbench
+
+    rank = dist.get_rank()
+    model = DDP(torch.nn.Linear(4, 1))
+    for step in range(1, 10**6):
+        model(torch.randn(8, 4)).sum().backward()
+        workbench.log(step=step, loss=float(step))
+        if step == 6:
+            dist.all_reduce(torch.ones(3 if rank == 0 else 5))  # the sizes differ: a bug in the user's code
+
+
+def test_collectives_of_different_sizes_are_named_with_gloos_words_and_the_users_line(tmp_path):
+    """Which rank gloo aborts depends on which one receives first; that one is the cause, named with what gloo
+    said and the user's line (from the Python stacks faulthandler printed), not only "killed by SIGABRT"."""
+    run = workbench.submit_fn(sizes_that_differ, cfg=cfg(tmp_path, dist={"stall_after_s": 60, "timeout_s": 600}))
+    assert run.wait(timeout=200).state == "failed"
+    failure = run.exception()
+    assert failure.type == "Lost" and "killed by SIGABRT in native code" in failure.message, failure.summary()
+    assert "collective mismatch in your code" in failure.message, failure.message
+    assert "test_failure_causes.py:" in failure.message and "in sizes_that_differ" in failure.message, failure
+    assert_nothing_left(run.folder)

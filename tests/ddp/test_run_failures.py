@@ -78,6 +78,7 @@ def test_a_rank_that_crashes_in_native_code_is_named_with_its_python_stacks(tmp_
     failure = run.exception()
     assert (failure.rank, failure.type) == (1, "Lost") and "SIGSEGV" in failure.message
     assert "crashing_while_building" in failure.traceback and "Segmentation fault" in failure.traceback
+    assert "tasks_for_tests.py:" in failure.message and failure.message.endswith("in crashing_while_building")
     assert_nothing_left(run.folder)
 
 

@@ -237,3 +237,38 @@ def test_the_dashboard_shows_the_cause_and_what_followed():
     text = failure_text(cause)
     assert text.startswith("rank 1 (node, attempt 0) raised ValueError: bad\n  then rank 0 (node, attempt 0)")
     assert "(a consequence)" in text
+
+
+GLOO_ABORT = """[rank0] step 6
+terminate called after throwing an instance of 'gloo::EnforceNotMet'
+  what():  [enforce fail at /__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:456] \
+op.preamble.length <= op.nbytes. 8 vs 4. Received data size doesn't match expected size. Is there a distributed \
+collective mismatch in your code?
+Fatal Python error: Aborted
+
+Thread 0x00007f61d67146c0 (most recent call first):
+  File "/usr/lib/python3.11/threading.py", line 331 in wait
+  File "/site/workbench/engine/monitor.py", line 220 in _beat
+
+Thread 0x00007f61f88a9b80 (most recent call first):
+  File "/site/torch/distributed/distributed_c10d.py", line 3252 in all_reduce
+  File "/home/me/train.py", line 18 in step
+  File "/home/me/train.py", line 40 in main
+  File "/site/workbench/engine/worker.py", line 110 in run_job
+
+Extension modules: numpy._core._multiarray_umath, torch._C (total: 2)
+"""
+
+
+def test_a_native_crash_is_read_for_what_native_code_said_and_the_users_innermost_line():
+    from workbench.runfolder.failures import native_crash
+
+    def users(name: str) -> bool:
+        return name.startswith("/home/me/")
+
+    what, where = native_crash(GLOO_ABORT, users)
+    assert what.startswith("gloo::EnforceNotMet: [enforce fail at ") and what.endswith("mismatch in your code?")
+    assert where == "/home/me/train.py:18 in step"
+    segfault = GLOO_ABORT.split("Fatal Python error:")[1].replace("Thread 0x00007f61f88a9b80", "Current thread 0x1")
+    assert native_crash("Fatal Python error: Segmentation fault" + segfault, users) == ("", where)  # no C++ words
+    assert native_crash("Traceback (most recent call last):\n  File \"/home/me/train.py\", line 3", users) == ("", "")

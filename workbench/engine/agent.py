@@ -37,6 +37,7 @@ from types import FrameType
 from typing import Any
 
 from workbench.engine.env import DistEnv
+from workbench.engine.hang import is_users
 from workbench.engine.monitor import (
     PEER_FAILED_EXIT_CODE,
     PORT_RETRY_ENV,
@@ -53,6 +54,7 @@ from workbench.runfolder.failures import (
     elastic_error,
     error_record,
     last_traceback,
+    native_crash,
     reserve_error_space,
     write_controller_failure,
     write_error,
@@ -210,8 +212,13 @@ class RankAgent:
             return  # the worker said it itself
         stderr = self._stderr_text()
         found = elastic_error(self.run.elastic_error(self.rank)) or last_traceback(stderr)
+        where = ""
         if code < 0:
             kind, message, text = "Lost", killed_message(self.rank, signal_name(code)), stderr
+            what, where = native_crash(stderr, is_users)
+            if what or where:  # a crash in native code, with its own words and the user's line
+                message = (f"rank {self.rank}'s process was killed by {signal_name(code)} in native code"
+                           + (f" at {where}" if where else "") + (f": {what}" if what else ""))
         elif found is not None:
             kind, message, text = found
         else:
@@ -220,7 +227,8 @@ class RankAgent:
             message += f"; disk full: no space left on the filesystem of {self.run.root}"
         status = read_json(self.run.status(self.rank)) or {}
         record = {**error_record(self.rank, kind, message, text, number, node_name(), status.get("step"),
-                                 exit_code=code, reported_by="agent"), "time": self._alive_at}
+                                 exit_code=code, reported_by="agent", **({"where": where} if where else {})),
+                  "time": self._alive_at}
         with contextlib.suppress(OSError):
             write_error(self.run, self.rank, record)
             self._event(events.ERROR, number, type=kind, message=message)

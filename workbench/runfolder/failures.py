@@ -11,6 +11,7 @@ import errno
 import os
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,30 @@ def last_traceback(text: str) -> tuple[str, str, str] | None:
             if re.fullmatch(r"[\w.]+", kind.strip()):
                 return kind.strip().rsplit(".", 1)[-1], message.strip(), "\n".join(lines[: i + 1]) + "\n"
     return None
+
+
+_NATIVE = re.compile(r"terminate called after throwing an instance of '([^']+)'\s*\n\s*what\(\):\s*(.+)")
+_FAULT_FRAME = re.compile(r'^\s*File "(.+)", line (\d+) in (\S+)\s*$')
+
+
+def native_crash(text: str, is_users: Callable[[str], bool]) -> tuple[str, str]:
+    """(what native code said, the innermost frame of the user's code) from a rank's stderr after a crash in
+    native code, "" where absent: C++'s "terminate called after throwing an instance of 'T' / what(): ..."
+    (gloo's "Received data size doesn't match expected size. Is there a distributed collective mismatch in
+    your code?", say) and the Python stacks faulthandler printed ("Fatal Python error"), most recent call
+    first in each thread, read thread by thread (the crashing thread first) for a frame in the user's code."""
+    found = list(_NATIVE.finditer(text))
+    what = f"{found[-1].group(1)}: {found[-1].group(2).strip()}" if found else ""
+    start = text.rfind("Fatal Python error:")
+    threads: list[list[str]] = []
+    for line in text[start:].splitlines() if start >= 0 else []:
+        if line.startswith(("Current thread 0x", "Thread 0x")):
+            threads.insert(0 if line.startswith("Current") else len(threads), [])
+            current = threads[0] if line.startswith("Current") else threads[-1]
+        elif threads and (frame := _FAULT_FRAME.match(line)) and is_users(frame.group(1)):
+            current.append(f"{frame.group(1)}:{frame.group(2)} in {frame.group(3)}")
+    where = next((frames[0] for frames in threads if frames), "")
+    return what[:2000], where
 
 
 def reserve_error_space(run: RunDir, rank: int) -> None:
