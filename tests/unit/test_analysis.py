@@ -109,6 +109,29 @@ def test_advice_with_numbers_when_communication_is_40_percent():
     assert "40.0% of the step waits" in analysis.format_report(analysis.report(frame, cfg))
 
 
+def test_the_advice_says_what_a_bigger_batch_does_to_lr_as_the_scaling_rule_computes_it():
+    """lr scales with the effective batch over train.lr_ref_batch (issue 31); the advice said it follows the
+    world size, not accumulation.  Unset, the reference is micro x accum x lr_ref_world_size, so doubling either
+    doubles it too and lr stays: the advice says so and how to keep the reference instead."""
+    from workbench import scaling_table
+
+    frame = _frame([0.06, 0.06], comm_s=0.04, data_s=0.0)
+    unset = JobConfig.from_dict({"train": {"micro_batch_size": 32, "lr": 0.1}, "scaling": {"rule": "linear"},
+                                 "dist": {"procs_per_node": 2}})
+    advice = analysis.communication_advice(frame, unset)
+    assert all("lr stays" in a and "set train.lr_ref_batch: 32 to have scaling.rule linear scale it" in a
+               for a in advice[:2]), advice
+    doubled = unset.replace(train__grad_accum_steps=2)
+    lr = [float(scaling_table(c, [2]).iloc[0]["lr"]) for c in (unset, doubled)]
+    assert lr == [pytest.approx(0.2), pytest.approx(0.2)]  # as said: the rule leaves it
+    kept = unset.replace(train__lr_ref_batch=32)
+    assert "scaling.rule linear moves lr with it (from train.lr_ref_batch 32)" in analysis.communication_advice(
+        frame, kept)[0]
+    assert float(scaling_table(kept.replace(train__grad_accum_steps=2), [2]).iloc[0]["lr"]) == pytest.approx(0.4)
+    assert "retune train.lr (scaling.rule is none)" in analysis.communication_advice(
+        frame, unset.replace(scaling__rule="none"))[0]
+
+
 def test_no_advice_when_communication_is_2_percent():
     frame = _frame([0.098, 0.098], comm_s=0.002, data_s=0.0)
     assert analysis.communication_advice(frame, JobConfig()) == []

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from workbench.config.scaling import effective_batch
+from workbench.config.scaling import effective_batch, reference_batch
 from workbench.runfolder.stragglers import slower_than_others
 
 if TYPE_CHECKING:
@@ -156,17 +156,29 @@ def communication_advice(frame: pd.DataFrame, cfg: JobConfig, threshold: float =
     predicted = f"predicted {gain:.2f}x throughput ({rate:,.0f} -> {rate * gain:,.0f} samples/s)"
     advice = [
         f"Double train.grad_accum_steps ({t.grad_accum_steps} -> {2 * t.grad_accum_steps}): one gradient "
-        f"all-reduce per twice the samples, {predicted}; the effective batch grows {batch} -> {2 * batch}, "
-        f"so retune train.lr (the scaling rule follows world size, not accumulation).",
+        f"all-reduce per twice the samples, {predicted}; the effective batch grows {batch} -> {2 * batch}"
+        f"{_lr_note(cfg)}.",
         f"Or double train.micro_batch_size ({t.micro_batch_size} -> {2 * t.micro_batch_size}) if memory "
         f"allows{_memory_note(frame)}: the same {gain:.2f}x by the same model, without extra micro-steps; "
-        f"the effective batch also grows {batch} -> {2 * batch}.",
+        f"the effective batch also grows {batch} -> {2 * batch}{_lr_note(cfg)}.",
     ]
     if cfg.dist.comm_hook == "none":
         advice.append(f"Compress gradients with dist.comm_hook: fp16 (bf16 on CUDA): it halves the bytes "
                       f"all-reduced; if the exposed wait halves, {predicted}, at a small cost in gradient "
                       f"precision.")
     return advice
+
+
+def _lr_note(cfg: JobConfig) -> str:
+    """What happens to lr when the effective batch doubles by accumulation or micro-batch (config.scaling):
+    with train.lr_ref_batch set the rule scales it; unset, the reference batch doubles too and lr stays."""
+    t, rule = cfg.train, cfg.scaling.rule
+    if t.lr_ref_batch:
+        return (f", and scaling.rule {rule} moves lr with it (from train.lr_ref_batch {t.lr_ref_batch})"
+                if rule != "none" else ", so retune train.lr (scaling.rule is none)")
+    return (f"; lr stays (train.lr_ref_batch is unset, so the reference batch doubles too): set "
+            f"train.lr_ref_batch: {reference_batch(t)} to have scaling.rule {rule} scale it, or retune train.lr"
+            if rule != "none" else ", so retune train.lr (scaling.rule is none)")
 
 
 def _memory_note(frame: pd.DataFrame) -> str:
