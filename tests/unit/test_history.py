@@ -207,7 +207,7 @@ def test_a_logged_lr_beats_the_config_and_a_finished_run_is_read_once(tmp_path, 
     writer.close()
     row = workbench.runs(tmp_path).iloc[0]
     assert row["lr"] == pytest.approx(0.0015) and row["lr_from"] == "logged" and row["scaled_lr"] == pytest.approx(2e-3)
-    monkeypatch.setattr(history, "run_row", lambda folder: pytest.fail("read again"))
+    monkeypatch.setattr(history, "run_row", lambda folder, loaded=None: pytest.fail("read again"))
     assert workbench.runs(tmp_path).iloc[0]["lr"] == pytest.approx(0.0015)  # from memory: nothing changed
     writer = JsonlWriter(RunDir(folder).metrics(1))
     writer.write({"rank": 1, "step": 40, "lr": 0.0016})
@@ -227,7 +227,7 @@ def test_an_ended_runs_row_is_kept_in_its_folder_and_read_from_there_by_a_fresh_
     kept = RunDir(folder).row_cache
     assert kept.exists() and (kept.stat().st_mode & 0o777) == 0o600
     _forget_rows_in_memory(monkeypatch)
-    monkeypatch.setattr(history, "run_row", lambda folder: pytest.fail("read again"))
+    monkeypatch.setattr(history, "run_row", lambda folder, loaded=None: pytest.fail("read again"))
     again = workbench.runs(tmp_path)
     pd.testing.assert_frame_equal(first, again)
     assert again.iloc[0]["val_loss"] == pytest.approx(1 / 80) and again.iloc[0]["steps"] == 40
@@ -271,7 +271,7 @@ def test_a_damaged_row_file_is_warned_about_and_written_again(tmp_path, monkeypa
         found = workbench.runs(tmp_path)
     pd.testing.assert_frame_equal(found, expected)
     _forget_rows_in_memory(monkeypatch)
-    monkeypatch.setattr(history, "run_row", lambda folder: pytest.fail("read again"))
+    monkeypatch.setattr(history, "run_row", lambda folder, loaded=None: pytest.fail("read again"))
     pd.testing.assert_frame_equal(workbench.runs(tmp_path), expected)  # rewritten: read from the file
 
 

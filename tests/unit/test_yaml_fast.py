@@ -12,20 +12,26 @@ from workbench.config.presets import PRESETS, preset
 pytestmark = pytest.mark.timeout(60)
 
 
+def _read(text: str) -> object:
+    try:
+        return yamlfile.load(text)
+    except yamlfile.YamlProblem as exc:
+        return str(exc)
+
+
 def _pure(text: str, monkeypatch: pytest.MonkeyPatch) -> object:
     with monkeypatch.context() as patch:
         patch.setattr(yamlfile, "C_MAX_BYTES", -1)
-        try:
-            return yamlfile.load(text)
-        except yamlfile.YamlProblem as exc:
-            return str(exc)
+        return _read(text)
 
 
 @pytest.mark.parametrize("text", [JobConfig().to_yaml(), *(preset(name).to_yaml() for name in PRESETS),
-                                  "a: 1:30:00\nb: 5e-5\nc: [1, {d: null, e: yes}]\n", "x: &a [1, 2]\ny: *a\n"])
+                                  "a: 1:30:00\nb: 5e-5\nc: [1, {d: null, e: yes}]\n", "x: &a [1, 2]\ny: *a\n",
+                                  *("a: " + "[" * n + "1" + "]" * n for n in (61, 62, 63)),  # at the depth limit
+                                  *("a:\n" + "".join(" " * i + "- \n" for i in range(0, 2 * n, 2)) for n in (62, 63))])
 def test_short_text_reads_the_same_with_libyaml(text, monkeypatch):
     assert yamlfile._c_loader() is not None
-    assert yamlfile.load(text) == _pure(text, monkeypatch)
+    assert _read(text) == _pure(text, monkeypatch)
 
 
 @pytest.mark.parametrize("text", ["a: " + "[" * 70 + "]" * 70, "a: 1\na: 2\n", "a: !!python/name:os.system x\n",

@@ -43,7 +43,7 @@ def load(text: str) -> Any:
     if len(text) > MAX_BYTES:
         raise YamlProblem(f"{len(text) >> 10} KiB of YAML is more than a config may hold ({MAX_BYTES >> 10} KiB); "
                           "keep large data in files your task factory reads")
-    fast = _c_loader() if len(text) <= C_MAX_BYTES else None
+    fast = _c_loader(tree="&" not in text and "*" not in text) if len(text) <= C_MAX_BYTES else None
     if fast is not None:
         try:
             return yaml.load(text, Loader=fast)  # noqa: S506 - SafeConstructor with the same checks
@@ -96,10 +96,12 @@ class _Checked:
     """The checks both loaders (pure Python, and libyaml's parser) make as they read: the document's
     size and depth (_check_size) and each mapping's keys (_check_keys)."""
 
+    _size_check = staticmethod(lambda node: _check_size(node))
+
     def get_single_node(self) -> Any:
         node = super().get_single_node()  # type: ignore[misc]
         if node is not None:
-            _check_size(node)
+            self._size_check(node)
         return node
 
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
@@ -129,11 +131,16 @@ def _make_loader() -> type:
 
 
 _C_LOADER: type | None = None
+_C_TREE_LOADER: type | None = None
 
 
-def _c_loader() -> type | None:
-    """ConfigLoader's constructors, resolvers and checks over libyaml's parser; None without libyaml."""
-    global _C_LOADER
+def _c_loader(tree: bool = False) -> type | None:
+    """ConfigLoader's constructors, resolvers and checks over libyaml's parser; None without libyaml.
+    `tree`: for text without & and * (so no anchor or alias: every node is read once): the size check
+    is a walk that only measures the depth, as the text's length (at most C_MAX_BYTES) bounds the
+    count of values far below MAX_VALUES.  A failed check here sends the text to the pure-Python
+    parser, whose full check gives the message."""
+    global _C_LOADER, _C_TREE_LOADER
     import yaml
 
     if _C_LOADER is None and getattr(yaml, "__with_libyaml__", False):
@@ -150,7 +157,12 @@ def _c_loader() -> type | None:
         CConfigLoader.yaml_constructors = plain.yaml_constructors  # type: ignore[attr-defined]
         CConfigLoader.yaml_implicit_resolvers = plain.yaml_implicit_resolvers  # type: ignore[attr-defined]
         _C_LOADER = CConfigLoader
-    return _C_LOADER
+
+        class CTreeLoader(CConfigLoader):
+            _size_check = staticmethod(lambda node: _check_depth(node))
+
+        _C_TREE_LOADER = CTreeLoader
+    return _C_TREE_LOADER if tree else _C_LOADER
 
 
 def _children(node: Any) -> list[Any]:
@@ -194,6 +206,23 @@ def _check_size(root: Any) -> None:
     if done[id(root)][0] > MAX_VALUES:
         raise YamlProblem(f"anchors and aliases (&name, *name) expand to more than {MAX_VALUES} values; "
                           "write the values out, or use fewer aliases")
+
+
+def _check_depth(root: Any) -> None:
+    """YamlProblem for nesting deeper than MAX_DEPTH: a walk of a tree (no node reached twice: no alias)."""
+    stack = [(root, 1)]
+    while stack:
+        node, depth = stack.pop()
+        value = node.value
+        if type(value) is not list:  # a scalar
+            continue
+        if depth >= MAX_DEPTH and value:
+            raise YamlProblem(f"{_where(node.start_mark)}values nested more than {MAX_DEPTH} levels deep; flatten them")
+        depth += 1
+        if value and type(value[0]) is tuple:  # a mapping's (key, value) pairs
+            stack += [(child, depth) for pair in value for child in pair]
+        else:
+            stack += [(child, depth) for child in value]
 
 
 def _check_keys(node: Any) -> None:
