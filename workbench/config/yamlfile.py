@@ -149,24 +149,23 @@ def _scalar(text: str) -> Any:
         pass
     import yaml
 
-    loader = _loader()
-    tag = loader.resolve(loader, yaml.ScalarNode, text, (True, False))
-    value = loader.yaml_constructors[tag](_constructor(), yaml.ScalarNode(tag, text))
+    loader = _resolver()
+    tag = loader.resolve(yaml.ScalarNode, text, (True, False))
+    value = loader.yaml_constructors[tag](loader, yaml.ScalarNode(tag, text))
     if len(_SCALARS) < 4096:
         _SCALARS[text] = value
     return value
 
 
-_CONSTRUCTOR: Any = None
+_RESOLVER: Any = None
 
 
-def _constructor() -> Any:
-    global _CONSTRUCTOR
-    if _CONSTRUCTOR is None:
-        import yaml
-
-        _CONSTRUCTOR = yaml.constructor.SafeConstructor()
-    return _CONSTRUCTOR
+def _resolver() -> Any:
+    """A ConfigLoader (over no text) whose resolvers and constructors _scalar calls."""
+    global _RESOLVER
+    if _RESOLVER is None:
+        _RESOLVER = _loader()("")
+    return _RESOLVER
 
 
 def _where(mark: Any) -> str:
