@@ -304,3 +304,38 @@ def test_workbench_runs_lists_the_runs_with_each_lr_labelled(tmp_path, capsys):
     assert main(["runs", str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err
     assert f"runs: {tmp_path / 'nope'} is not a folder; give a run root" in err, err
+
+
+def test_a_first_listing_reads_many_folders_metrics_together_and_a_damaged_file_still_reads_by_the_line_rule(
+        tmp_path, monkeypatch):
+    """workbench.runs() over many never-listed folders reads their small metrics files in a few
+    columnar calls (reader.read_cold, issue 30 item 9); a file the columnar reader will not vouch for
+    (a damaged line, a text field, NaN) leaves its group to the halves and the line rule, so every row
+    is the row the folder gives alone, and the damaged line is named."""
+    from workbench.runfolder import fastjson
+
+    folders = [write_run(tmp_path, f"run{i:02d}", 1 + i % 2, "linear", steps=10)
+               for i in range(history.READ_TOGETHER_MIN + 2)]
+    odd = [b'{"rank": 0, "step": "x"}\n', b'{"rank": 0, "step": 11, "note": "hi"}\n',
+           b'{"rank": 0, "step": 11, "loss": NaN, "loss_reduced": 0.5}\n']
+    for folder, line in zip(folders[3:6], odd):
+        with open(RunDir(folder).metrics(0), "ab") as fh:
+            fh.write(line)
+    taken: list[int] = []
+    read_blocks = fastjson.read_blocks
+
+    def counted(blocks: list[bytes], *args: object) -> object:
+        found = read_blocks(blocks, *args)
+        taken.append(len(found) if found is not None else 0)
+        return found
+
+    monkeypatch.setattr(fastjson, "read_blocks", counted)
+    with pytest.warns(workbench.DamagedFileWarning, match=r"run03/metrics/rank0\.jsonl: skipped line 11 "):
+        together = history.cached_rows(folders)
+    files = sum(1 + i % 2 for i in range(len(folders)))
+    assert files - 3 - 2 * 3 <= sum(taken) < files and max(taken) >= 8, taken  # but the odd files (and a few beside)
+    monkeypatch.setattr(fastjson, "read_blocks", read_blocks)
+    with pytest.warns(workbench.DamagedFileWarning, match=r"run03/metrics/rank0\.jsonl: skipped line 11 "):
+        alone = [history.run_row(folder) for folder in folders]  # each folder by its own polls
+    assert together == alone
+    assert together[5]["last_loss"] == pytest.approx(0.5) and together[4]["steps"] == 11
