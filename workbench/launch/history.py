@@ -151,7 +151,7 @@ def _load(folder: Path) -> Run | Exception:
     from workbench.launch.run import Run
 
     try:
-        return Run.load(folder)
+        return Run.load(folder, snapshot=True)  # the row is read once: run.json once, not at every look
     except Exception as exc:  # noqa: BLE001 - one unreadable folder must not hide the others (run_row says it)
         return exc
 
