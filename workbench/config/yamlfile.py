@@ -152,7 +152,7 @@ def _scalar(text: str) -> Any:
     loader = _resolver()
     tag = loader.resolve(yaml.ScalarNode, text, (True, False))
     value = loader.yaml_constructors[tag](loader, yaml.ScalarNode(tag, text))
-    if len(_SCALARS) < 4096:
+    if len(_SCALARS) < 4096 and len(text) <= 64:  # a few hundred KiB at most
         _SCALARS[text] = value
     return value
 
