@@ -12,6 +12,11 @@ line naming the cause and the fix:
   at most as deep as Python's recursion allows;
 - every mapping key is text and appears once (PyYAML would silently keep the last of two).
 
+Text in the form `yaml.safe_dump` writes a config (what every run folder's config.yaml holds) is read
+line by line first (`_simple`), each value resolved and constructed by this loader's own rules; short
+other text goes through libyaml's parser with the same checks (`_c_loader`); anything either refuses is
+read by the pure-Python parser, whose messages are the ones users see.
+
 No workbench imports: configtypes and config turn a YAMLProblem into a ConfigError.
 """
 
