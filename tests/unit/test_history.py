@@ -1,6 +1,8 @@
 """Run history and comparison over run folders written as the ranks write them (no processes)."""
 from __future__ import annotations
 
+import os
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -207,7 +209,7 @@ def test_a_logged_lr_beats_the_config_and_a_finished_run_is_read_once(tmp_path, 
     writer.close()
     row = workbench.runs(tmp_path).iloc[0]
     assert row["lr"] == pytest.approx(0.0015) and row["lr_from"] == "logged" and row["scaled_lr"] == pytest.approx(2e-3)
-    monkeypatch.setattr(history, "run_row", lambda folder: pytest.fail("read again"))
+    monkeypatch.setattr(history, "run_row", lambda folder, loaded=None: pytest.fail("read again"))
     assert workbench.runs(tmp_path).iloc[0]["lr"] == pytest.approx(0.0015)  # from memory: nothing changed
     writer = JsonlWriter(RunDir(folder).metrics(1))
     writer.write({"rank": 1, "step": 40, "lr": 0.0016})
@@ -227,7 +229,7 @@ def test_an_ended_runs_row_is_kept_in_its_folder_and_read_from_there_by_a_fresh_
     kept = RunDir(folder).row_cache
     assert kept.exists() and (kept.stat().st_mode & 0o777) == 0o600
     _forget_rows_in_memory(monkeypatch)
-    monkeypatch.setattr(history, "run_row", lambda folder: pytest.fail("read again"))
+    monkeypatch.setattr(history, "run_row", lambda folder, loaded=None: pytest.fail("read again"))
     again = workbench.runs(tmp_path)
     pd.testing.assert_frame_equal(first, again)
     assert again.iloc[0]["val_loss"] == pytest.approx(1 / 80) and again.iloc[0]["steps"] == 40
@@ -271,7 +273,7 @@ def test_a_damaged_row_file_is_warned_about_and_written_again(tmp_path, monkeypa
         found = workbench.runs(tmp_path)
     pd.testing.assert_frame_equal(found, expected)
     _forget_rows_in_memory(monkeypatch)
-    monkeypatch.setattr(history, "run_row", lambda folder: pytest.fail("read again"))
+    monkeypatch.setattr(history, "run_row", lambda folder, loaded=None: pytest.fail("read again"))
     pd.testing.assert_frame_equal(workbench.runs(tmp_path), expected)  # rewritten: read from the file
 
 
@@ -304,3 +306,46 @@ def test_workbench_runs_lists_the_runs_with_each_lr_labelled(tmp_path, capsys):
     assert main(["runs", str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err
     assert f"runs: {tmp_path / 'nope'} is not a folder; give a run root" in err, err
+
+
+def test_a_first_listing_reads_many_folders_metrics_together_and_a_damaged_file_still_reads_by_the_line_rule(
+        tmp_path, monkeypatch):
+    """workbench.runs() over many never-listed folders reads their small metrics files in a few
+    columnar calls (reader.read_cold, issue 30 item 9); a file the columnar reader will not vouch for
+    (a damaged line, a text field, NaN) leaves its group to the halves and the line rule, so every row
+    is the row the folder gives alone, and the damaged line is named; a FIFO in a metrics file's
+    place is not waited on."""
+    from workbench.runfolder import fastjson
+
+    folders = [write_run(tmp_path, f"run{i:02d}", 1 + i % 2, "linear", steps=10)
+               for i in range(history.READ_TOGETHER_MIN + 2)]
+    odd = [b'{"rank": 0, "step": "x"}\n', b'{"rank": 0, "step": 11, "note": "hi"}\n',
+           b'{"rank": 0, "step": 11, "loss": NaN, "loss_reduced": 0.5}\n']
+    for folder, line in zip(folders[3:6], odd):
+        with open(RunDir(folder).metrics(0), "ab") as fh:
+            fh.write(line)
+    fifo = RunDir(folders[7]).metrics(1)
+    fifo.unlink()
+    os.mkfifo(fifo)  # not waited on: unreadable, said once
+    taken: list[int] = []
+    read_blocks = fastjson.read_blocks
+
+    def counted(blocks: list[bytes], *args: object) -> object:
+        found = read_blocks(blocks, *args)
+        taken.append(len(found) if found is not None else 0)
+        return found
+
+    monkeypatch.setattr(fastjson, "read_blocks", counted)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        together = history.cached_rows(folders)
+    said = [str(w.message) for w in caught if w.category is workbench.DamagedFileWarning]
+    assert any("run03/metrics/rank0.jsonl: skipped line 11 " in text for text in said), said
+    assert any("run07/metrics/rank1.jsonl: unreadable: a FIFO" in text for text in said), said
+    files = sum(1 + i % 2 for i in range(len(folders))) - 1
+    assert files - 3 - 2 * 3 <= sum(taken) < files and max(taken) >= 8, taken  # but the odd files (and a few beside)
+    monkeypatch.setattr(fastjson, "read_blocks", read_blocks)
+    with pytest.warns(workbench.DamagedFileWarning, match=r"run03/metrics/rank0\.jsonl: skipped line 11 "):
+        alone = [history.run_row(folder) for folder in folders]  # each folder by its own polls
+    assert together == alone
+    assert together[5]["last_loss"] == pytest.approx(0.5) and together[4]["steps"] == 11

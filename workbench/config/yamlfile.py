@@ -12,6 +12,11 @@ line naming the cause and the fix:
   at most as deep as Python's recursion allows;
 - every mapping key is text and appears once (PyYAML would silently keep the last of two).
 
+Text in the form `yaml.safe_dump` writes a config (what every run folder's config.yaml holds) is read
+line by line first (`_simple`), each value resolved and constructed by this loader's own rules; short
+other text goes through libyaml's parser with the same checks (`_c_loader`); anything either refuses is
+read by the pure-Python parser, whose messages are the ones users see.
+
 No workbench imports: configtypes and config turn a YAMLProblem into a ConfigError.
 """
 
@@ -43,7 +48,10 @@ def load(text: str) -> Any:
     if len(text) > MAX_BYTES:
         raise YamlProblem(f"{len(text) >> 10} KiB of YAML is more than a config may hold ({MAX_BYTES >> 10} KiB); "
                           "keep large data in files your task factory reads")
-    fast = _c_loader() if len(text) <= C_MAX_BYTES else None
+    simple = _simple(text)
+    if simple is not None:
+        return simple
+    fast = _c_loader(tree="&" not in text and "*" not in text) if len(text) <= C_MAX_BYTES else None
     if fast is not None:
         try:
             return yaml.load(text, Loader=fast)  # noqa: S506 - SafeConstructor with the same checks
@@ -78,6 +86,93 @@ parses 500 config snapshots).  Text this short cannot nest deeper than its lengt
 refuses, goes to the pure-Python parser, whose messages are the ones users see."""
 
 
+_LINE = re.compile(r"( *)([A-Za-z_][A-Za-z0-9_]*):"
+                   r"(?: (\{\}|\[\]|[A-Za-z0-9_./~+][A-Za-z0-9_./~+:-]*|-[0-9.][A-Za-z0-9_./~+:-]*))?")
+"""A line of the simple form: indent, a word key, and nothing (a mapping follows, or null), {}, [] or a
+plain scalar of word characters (no space, quote, comment, tag, anchor, alias or flow indicator)."""
+_SCALARS: dict[str, Any] = {}
+"""Plain scalar text -> its value, as the loader resolves and constructs it (immutable values only)."""
+SIMPLE_MAX_DEPTH = 16
+
+
+def _simple(text: str) -> Any:
+    """_simple_form(text), or None where a value's constructor refuses it (the parsers say what)."""
+    try:
+        return _simple_form(text)
+    except Exception:  # noqa: BLE001 - e.g. an integer of more than 4300 digits
+        return None
+
+
+def _simple_form(text: str) -> Any:
+    """The data of text in the form yaml.safe_dump writes a config (JobConfig.to_yaml: nested block
+    mappings of word keys; values plain words, {} or []), or None for any other text, which the
+    parsers read.  Each scalar is resolved and constructed by the loader's own resolvers and
+    constructors (kept by text: a config's values repeat across runs), so the data is the loader's;
+    listing 500 never-listed runs parses 500 config snapshots."""
+    if "\t" in text or "\r" in text or len(text) > C_MAX_BYTES:
+        return None
+    root: dict[str, Any] = {}
+    stack: list[tuple[int, dict[str, Any]]] = [(0, root)]  # (indent, mapping) of the open mappings
+    opened: tuple[int, dict[str, Any], str] | None = None  # a key with no value yet: (indent, parent, key)
+    for line in text.split("\n"):
+        if not line:
+            continue
+        found = _LINE.fullmatch(line)
+        if found is None:
+            return None
+        indent, key, value = len(found.group(1)), found.group(2), found.group(3)
+        if opened is not None:
+            if indent > opened[0]:  # the key's value is a mapping, at this indent
+                if len(stack) >= SIMPLE_MAX_DEPTH:
+                    return None
+                child: dict[str, Any] = {}
+                opened[1][opened[2]] = child
+                stack.append((indent, child))
+            opened = None
+        while indent < stack[-1][0]:
+            stack.pop()
+        if indent != stack[-1][0] or _scalar(key) != key:
+            return None  # an indent that matches no open mapping, or a key that is not text (null, true, 1)
+        mapping = stack[-1][1]
+        if key in mapping:
+            return None  # the parser says which key appears twice
+        if value is not None and value.endswith(":"):
+            return None
+        if value is None:
+            mapping[key] = None
+            opened = (indent, mapping, key)
+        else:
+            mapping[key] = {} if value == "{}" else [] if value == "[]" else _scalar(value)
+    return root or None
+
+
+def _scalar(text: str) -> Any:
+    """A plain scalar's value as the loader gives it."""
+    try:
+        return _SCALARS[text]
+    except KeyError:
+        pass
+    import yaml
+
+    loader = _resolver()
+    tag = loader.resolve(yaml.ScalarNode, text, (True, False))
+    value = loader.yaml_constructors[tag](loader, yaml.ScalarNode(tag, text))
+    if len(_SCALARS) < 4096 and len(text) <= 64:  # a few hundred KiB at most
+        _SCALARS[text] = value
+    return value
+
+
+_RESOLVER: Any = None
+
+
+def _resolver() -> Any:
+    """A ConfigLoader (over no text) whose resolvers and constructors _scalar calls."""
+    global _RESOLVER
+    if _RESOLVER is None:
+        _RESOLVER = _loader()("")
+    return _RESOLVER
+
+
 def _where(mark: Any) -> str:
     return f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
 
@@ -96,10 +191,12 @@ class _Checked:
     """The checks both loaders (pure Python, and libyaml's parser) make as they read: the document's
     size and depth (_check_size) and each mapping's keys (_check_keys)."""
 
+    _size_check = staticmethod(lambda node: _check_size(node))
+
     def get_single_node(self) -> Any:
         node = super().get_single_node()  # type: ignore[misc]
         if node is not None:
-            _check_size(node)
+            self._size_check(node)
         return node
 
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
@@ -129,11 +226,16 @@ def _make_loader() -> type:
 
 
 _C_LOADER: type | None = None
+_C_TREE_LOADER: type | None = None
 
 
-def _c_loader() -> type | None:
-    """ConfigLoader's constructors, resolvers and checks over libyaml's parser; None without libyaml."""
-    global _C_LOADER
+def _c_loader(tree: bool = False) -> type | None:
+    """ConfigLoader's constructors, resolvers and checks over libyaml's parser; None without libyaml.
+    `tree`: for text without & and * (so no anchor or alias: every node is read once): the size check
+    is a walk that only measures the depth, as the text's length (at most C_MAX_BYTES) bounds the
+    count of values far below MAX_VALUES.  A failed check here sends the text to the pure-Python
+    parser, whose full check gives the message."""
+    global _C_LOADER, _C_TREE_LOADER
     import yaml
 
     if _C_LOADER is None and getattr(yaml, "__with_libyaml__", False):
@@ -150,7 +252,12 @@ def _c_loader() -> type | None:
         CConfigLoader.yaml_constructors = plain.yaml_constructors  # type: ignore[attr-defined]
         CConfigLoader.yaml_implicit_resolvers = plain.yaml_implicit_resolvers  # type: ignore[attr-defined]
         _C_LOADER = CConfigLoader
-    return _C_LOADER
+
+        class CTreeLoader(CConfigLoader):
+            _size_check = staticmethod(lambda node: _check_depth(node))
+
+        _C_TREE_LOADER = CTreeLoader
+    return _C_TREE_LOADER if tree else _C_LOADER
 
 
 def _children(node: Any) -> list[Any]:
@@ -194,6 +301,23 @@ def _check_size(root: Any) -> None:
     if done[id(root)][0] > MAX_VALUES:
         raise YamlProblem(f"anchors and aliases (&name, *name) expand to more than {MAX_VALUES} values; "
                           "write the values out, or use fewer aliases")
+
+
+def _check_depth(root: Any) -> None:
+    """YamlProblem for nesting deeper than MAX_DEPTH: a walk of a tree (no node reached twice: no alias)."""
+    stack = [(root, 1)]
+    while stack:
+        node, depth = stack.pop()
+        value = node.value
+        if type(value) is not list:  # a scalar
+            continue
+        if depth >= MAX_DEPTH and value:
+            raise YamlProblem(f"{_where(node.start_mark)}values nested more than {MAX_DEPTH} levels deep; flatten them")
+        depth += 1
+        if value and type(value[0]) is tuple:  # a mapping's (key, value) pairs
+            stack += [(child, depth) for pair in value for child in pair]
+        else:
+            stack += [(child, depth) for child in value]
 
 
 def _check_keys(node: Any) -> None:

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
+
+import numpy as np
 
 from workbench.config.sections import flatten
 from workbench.errors import ArgumentError
@@ -70,7 +73,7 @@ def runs(root: str | os.PathLike[str] | None = None) -> pd.DataFrame:
     run is read live."""
     import pandas as pd
 
-    rows = [cached_row(folder) for folder in run_folders(root)]
+    rows = cached_rows(run_folders(root))
     frame = pd.DataFrame(rows)
     if not len(frame):
         return pd.DataFrame(columns=COLUMNS)
@@ -91,24 +94,66 @@ READ_FROM = ("metrics", "events", "status", "errors", "results", "procs", "stack
 cached row is valid for."""
 
 
+READ_TOGETHER = 100
+"""Run folders read afresh at a time, their small metrics files in one columnar read (reader.read_cold)."""
+READ_TOGETHER_MIN = 16
+"""Fewer fresh folders are read by their own polls unless polars is imported already (~0.2 s)."""
+
+
 def cached_row(folder: Path) -> dict[str, Any]:
     """run_row(folder), or the row kept for an ended run while none of the files it was read from
     changed: from this process's memory, else from the run folder's row file (RunDir.row_cache), which
     is written when an ended run's row is read.  A run resumed or restarted in the folder changes
     run.json and its statuses, so its row is read again; a damaged row file is warned about once
     (DamagedFileWarning) and rewritten."""
+    return cached_rows([folder])[0]
+
+
+def cached_rows(folders: Sequence[Path]) -> list[dict[str, Any]]:
+    """cached_row of each folder; those read afresh are loaded READ_TOGETHER at a time and their
+    metrics files read together (what a first listing of many small runs costs)."""
+    from workbench.runfolder.reader import read_cold
+
+    found = [_kept_row(folder) for folder in folders]
+    fresh = [i for i, (_, row) in enumerate(found) if row is None]
+    for start in range(0, len(fresh), READ_TOGETHER):
+        group = fresh[start:start + READ_TOGETHER]
+        loaded = [_load(folders[i]) for i in group]
+        if len(group) >= READ_TOGETHER_MIN or "polars" in sys.modules:  # a few folders: not worth importing polars
+            read_cold([run.metric_frames for run in loaded if not isinstance(run, Exception)])
+        for i, run in zip(group, loaded):
+            signature = found[i][0]
+            found[i] = (signature, _keep_row(folders[i], signature, run_row(folders[i], run)))
+    return [row for _, row in found]  # type: ignore[misc]
+
+
+def _kept_row(folder: Path) -> tuple[tuple[Any, ...], dict[str, Any] | None]:
+    """(the folder's signature, its kept row or None)."""
     key, signature = str(folder), _signature(folder)
     found = _ROWS.get(key)
     if found is not None and found[0] == signature:
-        return dict(found[1])
+        return signature, dict(found[1])
     row = _row_from_file(folder, signature)
-    if row is None:
-        row = run_row(folder)
-        if row.get("status") in TERMINAL:
-            _write_row(folder, signature, row)
-    if row.get("status") in TERMINAL:
+    if row is not None and row.get("status") in TERMINAL:
         _ROWS[key] = (signature, dict(row))
+    return signature, row
+
+
+def _keep_row(folder: Path, signature: tuple[Any, ...], row: dict[str, Any]) -> dict[str, Any]:
+    """An ended run's fresh row, kept in its folder and in this process."""
+    if row.get("status") in TERMINAL:
+        _write_row(folder, signature, row)
+        _ROWS[str(folder)] = (signature, dict(row))
     return row
+
+
+def _load(folder: Path) -> Run | Exception:
+    from workbench.launch.run import Run
+
+    try:
+        return Run.load(folder, snapshot=True)  # the row is read once: run.json once, not at every look
+    except Exception as exc:  # noqa: BLE001 - one unreadable folder must not hide the others (run_row says it)
+        return exc
 
 
 def _row_from_file(folder: Path, signature: tuple[Any, ...]) -> dict[str, Any] | None:
@@ -184,29 +229,82 @@ def _stat(entry: os.DirEntry[str]) -> tuple[int, int]:
     return (st.st_mtime_ns, st.st_size)
 
 
-def run_row(folder: Path) -> dict[str, Any]:
-    """The facts of one run folder; a folder that cannot be read says why in `status`."""
-    from workbench.launch.run import Run
-
+def run_row(folder: Path, loaded: Run | Exception | None = None) -> dict[str, Any]:
+    """The facts of one run folder (`loaded`: its Run, or why it could not be loaded, when the
+    caller loaded it); a folder that cannot be read says why in `status`."""
     try:
-        run = Run.load(folder)
+        run = _load(folder) if loaded is None else loaded
+        if isinstance(run, Exception):
+            raise run
         status, _ = run.live_status()  # SLURM not answering: the run folder's state (the dashboard says why)
     except Exception as exc:  # noqa: BLE001 - one unreadable folder must not hide the others
         return {"name": folder.name, "folder": str(folder), "status": f"unreadable: {type(exc).__name__}: {exc}"}
-    frame = run.metric_frames.frame()
-    times = frame["time"].dropna() if "time" in frame else frame.iloc[:0, :0]
+    table = Columns(run.metric_frames.merged())
+    times = table.numbers("time")
+    times = times[~np.isnan(times)]
     created = run.meta.get("created")
     found = [float(t) for t in (created if isinstance(created, (int, float)) else None,
                                 times.min() if len(times) else None) if t is not None]
     start = min(found) if found else None  # the folder's birth, or an earlier first record (a copied run)
     row: dict[str, Any] = {"name": folder.name, "folder": str(folder), "status": status.state, "start": start,
                            "steps": status.step, "total_steps": status.total_steps, "world_size": run.world_size,
-                           **_plan(run, frame), **_losses(frame)}
+                           **_plan(run, table), **_losses(table)}
     if len(times) and start is not None:
         row["end"] = float(times.max())
         row["duration_s"] = row["end"] - start
     row.update(_last_eval(run))
     return row
+
+
+class Columns:
+    """A run's metrics as RankFrames.merged() gives them (name -> numpy array, sorted by step then
+    rank), read as the row needs them: the same answers as the DataFrame of those columns (missing
+    is NaN or None), which is built only for a column of text or mixed values."""
+
+    def __init__(self, columns: dict[str, Any]):
+        self.columns = columns
+        self._frame: pd.DataFrame | None = None
+
+    def __len__(self) -> int:
+        step = self.columns.get("step")
+        return 0 if step is None else len(step)
+
+    def names(self) -> list[str]:
+        return [str(name) for name in self.columns]
+
+    def frame(self) -> pd.DataFrame:
+        if self._frame is None:
+            import pandas as pd
+
+            self._frame = pd.DataFrame(self.columns, copy=False)
+        return self._frame
+
+    def has(self, name: str) -> bool:
+        """The column holds a value (pandas' notna().any())."""
+        values = self.columns.get(name)
+        if values is None or not len(values):
+            return False
+        if values.dtype.kind == "f":
+            return not bool(np.isnan(values).all())
+        if values.dtype.kind in "iub":
+            return True
+        return bool(self.frame()[name].notna().any())
+
+    def numbers(self, name: str) -> Any:
+        """The column as float64, missing or not a number NaN (pd_numbers); empty if there is none."""
+        values = self.columns.get(name)
+        if values is None:
+            return np.empty(0)
+        if values.dtype.kind in "fiub":
+            return values.astype(np.float64)
+        return pd_numbers(self.frame()[name])
+
+    def max(self, name: str) -> float:
+        """The column's largest value (pandas' max, missing skipped); has(name) must hold."""
+        values = self.columns[name]
+        if values.dtype.kind in "fiub":
+            return float(np.nanmax(values.astype(np.float64)))
+        return float(self.frame()[name].max())
 
 
 def _last_eval(run: Run) -> dict[str, float]:
@@ -237,13 +335,13 @@ def own_code(run: Run) -> bool:
         return False
 
 
-def _plan(run: Run, frame: pd.DataFrame) -> dict[str, Any]:
+def _plan(run: Run, table: Columns) -> dict[str, Any]:
     """Effective batch and lr as the job used them: the logged lr where there is one, else the
     config's (base and scaled, labelled); nothing of the config for a function or script."""
     from workbench.config.scaling import scaled
 
     start = run.event_summary().start or {}
-    logged = logged_lr(frame)
+    logged = _logged_lr(table)
     row: dict[str, Any] = {"effective_batch": start.get("effective_batch"), "lr": logged,
                            "lr_from": "logged" if logged is not None else None}
     if own_code(run):
@@ -263,9 +361,13 @@ def _plan(run: Run, frame: pd.DataFrame) -> dict[str, Any]:
 
 def logged_lr(frame: pd.DataFrame) -> float | None:
     """The highest learning rate the job logged (its schedule's peak), None if it logged none."""
+    return _logged_lr(Columns({str(c): frame[c].to_numpy() for c in frame.columns}))
+
+
+def _logged_lr(table: Columns) -> float | None:
     for name in LR_NAMES:
-        if name in frame and frame[name].notna().any():
-            return float(frame[name].max())
+        if table.has(name):
+            return table.max(name)
     return None
 
 
@@ -277,23 +379,22 @@ def loss_metric(frame: pd.DataFrame) -> str | None:
     return pick_loss([str(c) for c in frame.columns], lambda name: bool(frame[name].notna().any()))
 
 
-def _losses(frame: pd.DataFrame) -> dict[str, Any]:
+def _losses(table: Columns) -> dict[str, Any]:
     """loss_metric, last_loss and best_loss: reduced_loss's series, read with numpy where the engine
     logged loss_reduced (boolean indexing of the frame was a quarter of a first listing)."""
-    import numpy as np
-
     from workbench.results.metricview import reduced_loss
+    from workbench.results.panels import pick_loss
 
-    metric = loss_metric(frame) if len(frame) else None
+    metric = pick_loss(table.names(), table.has) if len(table) else None
     if metric is None:
         return {}
-    if metric == "loss" and "loss_reduced" in frame and "rank" in frame:
-        values = pd_numbers(frame["loss_reduced"])
-        ranks = pd_numbers(frame["rank"])
+    if metric == "loss" and "loss_reduced" in table.columns and "rank" in table.columns:
+        values = table.numbers("loss_reduced")
+        ranks = table.numbers("rank")
         kept = values[(ranks == np.nanmin(ranks)) & ~np.isnan(values)] if np.isfinite(ranks).any() else values[:0]
         if len(kept):
             return {"loss_metric": metric, "last_loss": float(kept[-1]), "best_loss": float(kept.min())}
-    loss = reduced_loss(frame, "step", metric)["loss"]
+    loss = reduced_loss(table.frame(), "step", metric)["loss"]
     if not len(loss):
         return {"loss_metric": metric}
     return {"loss_metric": metric, "last_loss": float(loss.iloc[-1]), "best_loss": float(loss.min())}
@@ -301,7 +402,6 @@ def _losses(frame: pd.DataFrame) -> dict[str, Any]:
 
 def pd_numbers(column: Any) -> Any:
     """A frame column as float64 numbers, missing ones NaN."""
-    import numpy as np
     import pandas as pd
 
     return pd.to_numeric(column, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)

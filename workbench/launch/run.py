@@ -72,6 +72,7 @@ class Run:
         self._metrics: tuple[tuple[int, int | None], pd.DataFrame] | None = None
         self._failed_at: float | None = None
         self._config_for_views: JobConfig | None = None
+        self._meta_snapshot: dict[str, Any] | None = None
         self.latest_status: RunStatus | None = None
         """The status Run.wait read last (what its on_poll callback may show)."""
         self.scheduler_error: str | None = None
@@ -86,8 +87,10 @@ class Run:
         the workbench process its record names (workbench.launch.ours).  "" when none was."""
 
     @classmethod
-    def load(cls, run_dir: str | Path) -> Run:
-        """Reattach to a run folder (after a kernel restart): SLURM jobs are followed again."""
+    def load(cls, run_dir: str | Path, snapshot: bool = False) -> Run:
+        """Reattach to a run folder (after a kernel restart): SLURM jobs are followed again.
+        `snapshot`: the handle keeps the run.json it read here instead of reading it at every look
+        (a row of workbench.runs(), read once and kept, looked at it six times)."""
         run = RunDir(Path(run_dir))
         if not run.root.is_dir():
             what = "not a folder" if run.root.exists() else "no such folder"
@@ -97,7 +100,10 @@ class Run:
             why = "its run.json is damaged" if run.meta.exists() else "no run.json"
             raise RunFolderError(f"{shown(run_dir)}: not a workbench run folder ({why}); give the folder a run "
                                  "printed, e.g. runs/quickstart-20250101-120000-000")
-        return cls(run.root, _reattach_job(meta, run))
+        handle = cls(run.root, _reattach_job(meta, run))
+        if snapshot:
+            handle._meta_snapshot = meta
+        return handle
 
     @property
     def folder(self) -> Path:
@@ -105,6 +111,8 @@ class Run:
 
     @property
     def meta(self) -> dict[str, Any]:
+        if self._meta_snapshot is not None:
+            return self._meta_snapshot
         return self.dir.read_meta() or {}
 
     @functools.cached_property

@@ -167,6 +167,19 @@ class MetricTail(JsonlTail):
                 batches.append(batch)
             start = end
 
+    def peek(self, limit: int) -> bytes | None:
+        """The complete lines of a file never read yet, if it holds at most `limit` bytes, without
+        moving the offset (read_cold reads them with other files'); None otherwise."""
+        if self.offset:
+            return None
+        try:
+            with open_regular(self.path) as fh:  # a FIFO or a device: None at once, the poll says so
+                data = fh.read(limit + 1)
+        except OSError:
+            return None
+        end = data.rfind(b"\n")
+        return data[:end + 1] if end >= 0 and len(data) <= limit else None
+
     def pending(self) -> int:
         """Bytes appended since the last poll (0 when the file is gone)."""
         try:
@@ -283,11 +296,7 @@ class RankFrames:
             return self._poll()
 
     def _poll(self) -> int:
-        if self.folder.is_dir():
-            for path in self.folder.glob(RANK_JSONL):
-                rank = rank_of(path)
-                if rank is not None and rank not in self.tails:
-                    self.tails[rank] = MetricTail(path)
+        self._find_tails()
         new = 0
         for rank, batches in self._read_tails(sorted(self.tails.items())):
             for batch in batches:
@@ -298,6 +307,24 @@ class RankFrames:
             self.records += new
             self.version += 1
         return new
+
+    def _find_tails(self) -> None:
+        if self.folder.is_dir():
+            for path in self.folder.glob(RANK_JSONL):
+                rank = rank_of(path)
+                if rank is not None and rank not in self.tails:
+                    self.tails[rank] = MetricTail(path)
+
+    def _took(self, rank: int, read: int, batch: Batch) -> None:
+        """A rank's first `read` bytes, read elsewhere (read_cold) as `batch`: as if a poll read them."""
+        tail = self.tails[rank]
+        if tail.offset:
+            return
+        tail.offset = read
+        self.frames.add(rank, batch)
+        if len(batch):
+            self.records += len(batch)
+            self.version += 1
 
     @staticmethod
     def _read_tails(tails: list[tuple[int, MetricTail]]) -> Iterator[tuple[int, list[Batch]]]:
@@ -326,9 +353,60 @@ class RankFrames:
         """Every rank's rows (at most max_points per rank, evenly spaced), sorted by step then rank."""
         import pandas as pd
 
+        return pd.DataFrame(self.merged(max_points), copy=False)
+
+    def merged(self, max_points: int | None = None) -> dict[str, Any]:
+        """frame()'s columns as numpy arrays, no DataFrame (a run's row in workbench.runs() reads a
+        few of them: building the frame was a tenth of a first listing)."""
         with self._lock:
             parts = [self.frames.thinned(rank, max_points) for rank in self.frames]
-        return pd.DataFrame(merged_columns(parts), copy=False)
+        return merged_columns(parts)
+
+
+COLD_GROUP_BYTES = 4 << 20
+"""Most bytes read_cold hands the columnar reader in one call."""
+
+
+def read_cold(runs: Iterable[RankFrames]) -> None:
+    """The first read of many runs' small metrics files (each under MetricTail.COLUMNAR_MIN_BYTES,
+    which a poll reads line by line), in columnar calls of up to COLD_GROUP_BYTES: a call costs about
+    1 ms however little it reads, the line rule ~15 us a line, so listing hundreds of small runs for
+    the first time (workbench.runs()) spent most of its time here.  Only what the columnar reader
+    vouches for is taken (fastjson.read_blocks, all or nothing per call); every file left, and
+    everything appended later, is read by the runs' own polls, with the line rule's warnings."""
+    waiting: list[tuple[RankFrames, int, bytes]] = []
+    for frames in runs:
+        with frames._lock:
+            frames._find_tails()
+            for rank, tail in sorted(frames.tails.items()):
+                block = tail.peek(MetricTail.COLUMNAR_MIN_BYTES - 1)
+                if block:
+                    waiting.append((frames, rank, block))
+    group: list[tuple[RankFrames, int, bytes]] = []
+    size = 0
+    for i, item in enumerate(waiting):
+        group.append(item)
+        size += len(item[2])
+        if size >= COLD_GROUP_BYTES or i == len(waiting) - 1:
+            _read_group(group)
+            group, size = [], 0
+
+
+def _read_group(group: list[tuple[RankFrames, int, bytes]]) -> None:
+    """One columnar call for the group; refused, each half on its own (a file the columnar reader
+    will not vouch for, e.g. one with a text field, costs its own group, not the listing), down to
+    groups of a few files, which their polls read."""
+    from workbench.runfolder.fastjson import read_blocks
+
+    batches = read_blocks([block for _, _, block in group])
+    if batches is None:
+        if len(group) > 4:
+            _read_group(group[:len(group) // 2])
+            _read_group(group[len(group) // 2:])
+        return
+    for (frames, rank, block), batch in zip(group, batches):
+        with frames._lock:
+            frames._took(rank, len(block), batch)
 
 
 PARALLEL_CELLS = 1 << 22
