@@ -40,26 +40,3 @@ def test_bad_short_text_is_said_in_the_pure_python_parsers_words(text, monkeypat
     with pytest.raises(yamlfile.YamlProblem) as caught:
         yamlfile.load(text)
     assert str(caught.value) == _pure(text, monkeypatch)
-
-
-SIMPLE = ["a: 1\nb:\n  c: 0x1F\n  d: 1_000\n  e: 5e-5\n", "a:\nb: ~\n", "a: yes\nb: on\nc: Off\nd: NULL\n",
-          "a: 01:00:00\nb: 2025-01-01\nc: .inf\nd: -.5\ne: +3\nf: 0b101\ng: 1.5.2\n", "a: {}\nb: []\nc: x:y\n",
-          "a:\n  b:\n    c: 1\n  d: 2\ne: 3\n", "y: 1\nn: 2\nnan: .nan\n"]
-NOT_SIMPLE = ["null: 1\n", "true: 1\n", "a: 1\na: 2\n", "a: 1\n  b: 2\n", "a:\n    b: 1\n  c: 2\n", "a: b:\n",
-              "  a: 1\n", "a: 1 # note\n", "a: 'x'\n", "a: [1]\n", "a:\n- 1\n", "---\na: 1\n", "a: 1 \n", "a: 1\r\n",
-              "a: &x 1\nb: *x\n", "a: !!str 1\n", "a: -\n", "", "a: " + "9" * 5000 + "\n",
-              "".join(f"{' ' * 2 * i}k{i}:\n" for i in range(20)) + " " * 40 + "z: 1\n"]
-
-
-ALL = [*SIMPLE, *NOT_SIMPLE, JobConfig().to_yaml(), *(preset(n).to_yaml() for n in PRESETS)]
-
-
-@pytest.mark.parametrize("text", ALL, ids=range(len(ALL)))
-def test_the_simple_form_reads_as_the_parsers_read_it_and_anything_else_goes_to_them(text, monkeypatch):
-    """yamlfile._simple reads what yaml.safe_dump writes for a config (the listing's snapshots); any
-    text it does not vouch for is left to the parsers, whose data or words are the answer."""
-    simple = yamlfile._simple(text)
-    assert (simple is None) == (text in NOT_SIMPLE)
-    assert _read(text) == _pure(text, monkeypatch)
-    if simple is not None:
-        assert simple == _pure(text, monkeypatch)

@@ -12,11 +12,6 @@ line naming the cause and the fix:
   at most as deep as Python's recursion allows;
 - every mapping key is text and appears once (PyYAML would silently keep the last of two).
 
-Text in the form `yaml.safe_dump` writes a config (what every run folder's config.yaml holds) is read
-line by line first (`_simple`), each value resolved and constructed by this loader's own rules; short
-other text goes through libyaml's parser with the same checks (`_c_loader`); anything either refuses is
-read by the pure-Python parser, whose messages are the ones users see.
-
 No workbench imports: configtypes and config turn a YAMLProblem into a ConfigError.
 """
 
@@ -48,9 +43,6 @@ def load(text: str) -> Any:
     if len(text) > MAX_BYTES:
         raise YamlProblem(f"{len(text) >> 10} KiB of YAML is more than a config may hold ({MAX_BYTES >> 10} KiB); "
                           "keep large data in files your task factory reads")
-    simple = _simple(text)
-    if simple is not None:
-        return simple
     fast = _c_loader(tree="&" not in text and "*" not in text) if len(text) <= C_MAX_BYTES else None
     if fast is not None:
         try:
@@ -84,93 +76,6 @@ C_MAX_BYTES = 16 << 10
 parses 500 config snapshots).  Text this short cannot nest deeper than its length, and libyaml survives
 16,384 levels of [, {a: and - (it crashes the process near 100,000); longer text, and any text libyaml
 refuses, goes to the pure-Python parser, whose messages are the ones users see."""
-
-
-_LINE = re.compile(r"( *)([A-Za-z_][A-Za-z0-9_]*):"
-                   r"(?: (\{\}|\[\]|[A-Za-z0-9_./~+][A-Za-z0-9_./~+:-]*|-[0-9.][A-Za-z0-9_./~+:-]*))?")
-"""A line of the simple form: indent, a word key, and nothing (a mapping follows, or null), {}, [] or a
-plain scalar of word characters (no space, quote, comment, tag, anchor, alias or flow indicator)."""
-_SCALARS: dict[str, Any] = {}
-"""Plain scalar text -> its value, as the loader resolves and constructs it (immutable values only)."""
-SIMPLE_MAX_DEPTH = 16
-
-
-def _simple(text: str) -> Any:
-    """_simple_form(text), or None where a value's constructor refuses it (the parsers say what)."""
-    try:
-        return _simple_form(text)
-    except Exception:  # noqa: BLE001 - e.g. an integer of more than 4300 digits
-        return None
-
-
-def _simple_form(text: str) -> Any:
-    """The data of text in the form yaml.safe_dump writes a config (JobConfig.to_yaml: nested block
-    mappings of word keys; values plain words, {} or []), or None for any other text, which the
-    parsers read.  Each scalar is resolved and constructed by the loader's own resolvers and
-    constructors (kept by text: a config's values repeat across runs), so the data is the loader's;
-    listing 500 never-listed runs parses 500 config snapshots."""
-    if "\t" in text or "\r" in text or len(text) > C_MAX_BYTES:
-        return None
-    root: dict[str, Any] = {}
-    stack: list[tuple[int, dict[str, Any]]] = [(0, root)]  # (indent, mapping) of the open mappings
-    opened: tuple[int, dict[str, Any], str] | None = None  # a key with no value yet: (indent, parent, key)
-    for line in text.split("\n"):
-        if not line:
-            continue
-        found = _LINE.fullmatch(line)
-        if found is None:
-            return None
-        indent, key, value = len(found.group(1)), found.group(2), found.group(3)
-        if opened is not None:
-            if indent > opened[0]:  # the key's value is a mapping, at this indent
-                if len(stack) >= SIMPLE_MAX_DEPTH:
-                    return None
-                child: dict[str, Any] = {}
-                opened[1][opened[2]] = child
-                stack.append((indent, child))
-            opened = None
-        while indent < stack[-1][0]:
-            stack.pop()
-        if indent != stack[-1][0] or _scalar(key) != key:
-            return None  # an indent that matches no open mapping, or a key that is not text (null, true, 1)
-        mapping = stack[-1][1]
-        if key in mapping:
-            return None  # the parser says which key appears twice
-        if value is not None and value.endswith(":"):
-            return None
-        if value is None:
-            mapping[key] = None
-            opened = (indent, mapping, key)
-        else:
-            mapping[key] = {} if value == "{}" else [] if value == "[]" else _scalar(value)
-    return root or None
-
-
-def _scalar(text: str) -> Any:
-    """A plain scalar's value as the loader gives it."""
-    try:
-        return _SCALARS[text]
-    except KeyError:
-        pass
-    import yaml
-
-    loader = _resolver()
-    tag = loader.resolve(yaml.ScalarNode, text, (True, False))
-    value = loader.yaml_constructors[tag](loader, yaml.ScalarNode(tag, text))
-    if len(_SCALARS) < 4096 and len(text) <= 64:  # a few hundred KiB at most
-        _SCALARS[text] = value
-    return value
-
-
-_RESOLVER: Any = None
-
-
-def _resolver() -> Any:
-    """A ConfigLoader (over no text) whose resolvers and constructors _scalar calls."""
-    global _RESOLVER
-    if _RESOLVER is None:
-        _RESOLVER = _loader()("")
-    return _RESOLVER
 
 
 def _where(mark: Any) -> str:
