@@ -558,7 +558,8 @@ class TestCurves:
                                        arg=[dash.element_handle(), facts["fig_width"]], timeout=30_000)
             except PlaywrightError:
                 page.screenshot(path=str(ARTIFACTS / f"dashboard-live-{name}-blank.png"))
-                raise AssertionError((name, page.evaluate(probe, [dash.element_handle(), facts["fig_width"]]))) from None
+                found = page.evaluate(probe, [dash.element_handle(), facts["fig_width"]])
+                raise AssertionError((name, found)) from None
         out.locator(".wb-progress").first.scroll_into_view_if_needed()
         page.screenshot(path=str(ARTIFACTS / "dashboard-live-one-clock.png"))
         out.locator(".wb-dashboard").nth(1).locator(".wb-progress").scroll_into_view_if_needed()
