@@ -161,7 +161,7 @@ def test_a_long_runs_per_rank_step_time_reads_as_a_level_per_rank_and_keeps_its_
     live = LiveFigure(width_px=960)  # the dashboard's figure (its canvas holds the pixels drawn)
     live.update(pd.concat(parts), None, PlotOptions(panels=("step_time_s",), theme="light"), live=False)
     ax, artists = live.axes[0], live.artists[0]
-    assert ax.get_title(loc="left") == "step time (s) · EMA ≥64 steps"
+    assert ax.get_title(loc="left") == "step time (s) · EMA ≥64"
     assert [(type(a), a.get_label()) for a in artists.values()] == [
         (M4Band, "_raw rank 0"), (M4Line, "rank 0"), (M4Band, "_raw rank 1"), (M4Line, "rank 1")]
     assert artists["step_time_s/rank 1/raw"].full[2].max() == 0.4  # the band reaches the spike

@@ -148,7 +148,7 @@ def choose_panels(data: MetricData, wanted: tuple[str, ...] | None = None) -> li
         if data.has(column):
             window = level_window(max((len(c[column]) for c in data.ranks.values() if column in c), default=0)) \
                 if column in SMOOTHED else 1
-            title += f" · EMA ≥{window} steps" if window > 1 else ""
+            title += f" · EMA ≥{window}" if window > 1 else ""  # steps; short: a panel is ~300 px
             panels.append(Panel(column, (column,), title, smooth=column in SMOOTHED, from_zero=column in FROM_ZERO,
                                 window=window))
     taken = {c for p in panels for c in p.columns} | HIDDEN
