@@ -59,6 +59,12 @@ class Proc:
         leader = _stat(self.pgid)
         if leader is not None and self.start and leader[2] != self.start:
             return False  # the leader's pid belongs to another process now: the group is gone
+        try:
+            os.killpg(self.pgid, 0)  # signal 0: asks whether the group has any process, zombies included
+        except ProcessLookupError:
+            return False  # none at all (a finished worker's group): no need to read every /proc entry
+        except PermissionError:
+            pass
         return any(found[1] == self.pgid and found[0] != "Z" for found in map(_stat, _pids()) if found)
 
     def send(self, sig: int) -> None:
@@ -116,6 +122,17 @@ def owner_uid(pid: int) -> int | None:
         return os.stat(f"/proc/{pid}").st_uid
     except OSError:
         return None
+
+
+def leave_quickly() -> None:
+    """Before a process of a run exits normally (an agent, the local controller), once everything it
+    writes is written and closed: the interpreter's teardown then skips the cyclic garbage collection
+    of what was loaded (gc.freeze), most of its shutdown time (0.32 s of 0.34 s after `import
+    submitit`, measured).  Exit codes, atexit handlers and stream flushes are untouched; Run.wait()
+    waits for these processes to be gone (bench/run_wait.py)."""
+    import gc
+
+    gc.freeze()
 
 
 def alive(procs: Iterable[Proc]) -> list[Proc]:

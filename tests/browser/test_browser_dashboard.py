@@ -337,15 +337,18 @@ tell_spike(spiky.state)
 spiky.plot.live.fig.canvas.mpl_connect("draw_event", lambda _: tell_spike(spiky.state))  # a resize: again
 spike_facts""",
     """live = Run.load(ROOT / "live").dashboard()  # the test writes its records as the ranks would
-live_facts = widgets.HTML()
-def tell_live(state):  # called by the refresh that set the widgets, with its own snapshot
-    last = {k.split("/")[1]: v for k, v in live.plot.live.last_x().items() if k.startswith("loss/rank")}
-    live_facts.value = "<pre class='wb-live-facts'>" + json.dumps({
-        "step": state.step, "badges": {f"rank {b.rank}": b.step for b in state.badges}, "last_x": last,
-        "extent": live.plot.live.view_range().data, "line": state.line,
-        "fig_width": live.plot.live.fig.bbox.width}) + "</pre>"
-live.on_refresh(tell_live)
-widgets.VBox([live.widget, live_facts])""",
+twin = live.run.dashboard()  # a second dashboard of the same handle, open at once (issue 29 item 9)
+def facts_of(dash, name):
+    facts = widgets.HTML()
+    def tell(state):  # called by the refresh that set the widgets, with its own snapshot
+        last = {k.split("/")[1]: v for k, v in dash.plot.live.last_x().items() if k.startswith("loss/rank")}
+        facts.value = f"<pre class='wb-{name}-facts'>" + json.dumps({
+            "step": state.step, "badges": {f"rank {b.rank}": b.step for b in state.badges}, "last_x": last,
+            "extent": dash.plot.live.view_range().data, "line": state.line,
+            "fig_width": dash.plot.live.fig.bbox.width}) + "</pre>"
+    dash.on_refresh(tell)
+    return facts
+widgets.VBox([live.widget, facts_of(live, "live"), twin.widget, facts_of(twin, "twin")])""",
 ]
 
 
@@ -500,49 +503,65 @@ class TestCurves:
         }""", href)
         assert (status, lines) == (200, 2 * SPIKE_STEPS + 1), (status, lines)  # a header and every rank's every step
 
-    def test_a_live_dashboards_step_numbers_agree(self, curves):
+    def test_two_live_dashboards_step_numbers_agree(self, curves):
+        """Two dashboards of one live run, open at once (issue 29 item 9: the first's figure stayed blank,
+        the second's range line read step 23 under a progress line at 146): each refresh's own snapshot
+        agrees with itself, and each page shows one snapshot, its whole figure drawn."""
         page = curves
-        page.wait_for_function("""() => {
-            const f = document.querySelector(".wb-live-facts");
-            return f && JSON.parse(f.innerText).step >= 150;
-        }""", timeout=120_000)
-        for _ in range(6):  # while records stream in: each refresh's own snapshot agrees with itself
-            facts = _facts(page, ".wb-live-facts")
-            assert facts["last_x"] == facts["badges"], facts  # each curve ends at its rank's badge
-            assert facts["step"] == min(facts["badges"].values()), facts  # the progress line: the slowest rank
-            assert facts["extent"][1] == max(facts["badges"].values()), facts  # the range line: the data's end
-            assert f"step {facts['step']}/3000" in facts["line"], facts
+        page.wait_for_function("""() => [...document.querySelectorAll(".wb-live-facts, .wb-twin-facts")]
+            .filter(f => JSON.parse(f.innerText).step >= 150).length == 2""", timeout=120_000)
+        for _ in range(4):  # while records stream in: each refresh's own snapshot agrees with itself
+            for name in ("live", "twin"):
+                facts = _facts(page, f".wb-{name}-facts")
+                assert facts["last_x"] == facts["badges"], facts  # each curve ends at its rank's badge
+                assert facts["step"] == min(facts["badges"].values()), facts  # the progress line: the slowest rank
+                assert facts["extent"][1] == max(facts["badges"].values()), facts  # the range line: the data's end
+                assert f"step {facts['step']}/3000" in facts["line"], facts
             page.wait_for_timeout(700)
         page.writer.paused.set()  # hold still: what the page shows must be what the kernel drew
         out = cell(page, 3)
         progress = out.locator(".wb-progress")
-        text = progress.inner_text()
-        for _ in range(20):
+        text = progress.all_inner_texts()
+        for _ in range(40):  # each dashboard's next refresh shows the last records (under load, seconds apart)
             page.wait_for_timeout(1500)
-            if progress.inner_text() == text:
+            if progress.all_inner_texts() == text and len(set(text)) == 1:
                 break
-            text = progress.inner_text()
-        facts = _facts(page, ".wb-live-facts")
-        shown_step = int(re.search(r"step (\d+)/3000", text).group(1))
-        badges = {m.group(1): int(m.group(2)) for m in
-                  (re.search(r"(rank \d+): running @ (\d+)", b) for b in out.locator(".wb-badge").all_inner_texts())}
-        view = out.locator(".wb-view").inner_text()
-        low, high = (int(v.replace(",", "")) for v in re.search(r"step ([\d,]+) – ([\d,]+)", view).groups())
-        assert shown_step == facts["step"] == min(badges.values()), (text, badges, facts)
-        assert badges == facts["badges"] == facts["last_x"], (badges, facts)
-        assert (low, high) == (1, max(badges.values())) and "all data" in view, view
-        assert shown_step < page.writer.step + 4  # the heartbeats said more: the snapshot's records rule
-        out.locator(".wb-progress").scroll_into_view_if_needed()
-        # the browser shows the whole figure (axes, titles, curves) at the output's width, with nothing new
-        # to draw: a canvas view that (re)connects gets the whole picture, not only the next change
-        page.wait_for_function("""([cell, width]) => {
-            const c = cell.querySelector(".jupyter-matplotlib-canvas-div canvas");
-            if (!c || Math.abs(c.width - width) > 1) return false;
-            const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
-            let dark = 0;
-            for (let i = 0; i < d.length; i += 4)
-                if (d[i] < 90 && d[i + 1] < 90 && d[i + 2] < 90 && d[i + 3] > 200) dark++;
-            return dark > 3000;
-        }""", arg=[out.element_handle(), facts["fig_width"]], timeout=30_000)
+            text = progress.all_inner_texts()
+        assert len(text) == 2 and text[0] == text[1], text  # one run, one reader: the same step on both
+        for i, name in enumerate(("live", "twin")):
+            facts = _facts(page, f".wb-{name}-facts")
+            shown_step = int(re.search(r"step (\d+)/3000", text[i]).group(1))
+            dash = out.locator(".wb-dashboard").nth(i)
+            badges = {m.group(1): int(m.group(2)) for m in (re.search(r"(rank \d+): running @ (\d+)", b)
+                                                             for b in dash.locator(".wb-badge").all_inner_texts())}
+            view = dash.locator(".wb-view").inner_text()
+            low, high = (int(v.replace(",", "")) for v in re.search(r"step ([\d,]+) – ([\d,]+)", view).groups())
+            assert shown_step == facts["step"] == min(badges.values()), (name, text, badges, facts)
+            assert badges == facts["badges"] == facts["last_x"], (name, badges, facts)
+            assert (low, high) == (1, max(badges.values())) and "all data" in view, (name, view)
+            assert shown_step < page.writer.step + 4  # the heartbeats said more: the snapshot's records rule
+            # the browser shows the whole figure (axes, titles, curves) at the output's width, with nothing new
+            # to draw: a canvas view that (re)connects gets the whole picture, not only the next change
+            probe = """([dash, width]) => {
+                const cs = [...dash.querySelectorAll(".jupyter-matplotlib-canvas-div canvas")];
+                const c = cs[0];
+                if (!c) return {n: 0};
+                const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+                let dark = 0;
+                for (let i = 0; i < d.length; i += 4)
+                    if (d[i] < 90 && d[i + 1] < 90 && d[i + 2] < 90 && d[i + 3] > 200) dark++;
+                return {n: cs.length, width: c.width, want: width, dark: dark};
+            }"""
+            try:
+                page.wait_for_function(f"args => {{ const f = ({probe})(args); "
+                                       "return f.n && Math.abs(f.width - f.want) <= 1 && f.dark > 3000; }",
+                                       arg=[dash.element_handle(), facts["fig_width"]], timeout=30_000)
+            except PlaywrightError:
+                page.screenshot(path=str(ARTIFACTS / f"dashboard-live-{name}-blank.png"))
+                found = page.evaluate(probe, [dash.element_handle(), facts["fig_width"]])
+                raise AssertionError((name, found)) from None
+        out.locator(".wb-progress").first.scroll_into_view_if_needed()
         page.screenshot(path=str(ARTIFACTS / "dashboard-live-one-clock.png"))
+        out.locator(".wb-dashboard").nth(1).locator(".wb-progress").scroll_into_view_if_needed()
+        page.screenshot(path=str(ARTIFACTS / "dashboard-live-twin.png"))
         page.writer.paused.clear()

@@ -135,3 +135,47 @@ def test_m4_keeps_first_last_min_and_max_of_every_bucket():
     assert view[0] == 999 and view[-1] == 2001 and len(view) == 1003
     bx, low, high = band_envelope(x, y - 1, y + 1, 0.0, x[-1], 500)
     assert high.max() == 41.0 and low.min() == y.min() - 1 and len(bx) <= 2 * 502
+
+
+def test_a_long_runs_per_rank_step_time_reads_as_a_level_per_rank_and_keeps_its_spike():
+    """Per-rank step time of a 20,000-step run at default settings (issue 29 item 10: "a solid block").
+    Rank 0 runs at 0.10 s, rank 1 at 0.11 s, each with 12 ms of noise per step, and rank 1 has one
+    0.4 s step.  With the slider's 0.6 alone (2.5 points) the smoothed lines were as noisy as the raw
+    ones: rank 1's covered rank 0's in most pixel columns.  Now each rank's line is its level (an EMA
+    over >= 64 steps, said in the title), apart from the other's in every column, over a faint band
+    that reaches every raw value: the spike is drawn."""
+    import pandas as pd
+
+    from workbench.results.m4 import M4Band, M4Line
+    from workbench.results.plots import PlotOptions
+    from workbench.ui.render import LiveFigure
+
+    rng = np.random.default_rng(0)
+    parts = []
+    for rank in range(2):
+        step_time = 0.10 + 0.01 * rank + rng.normal(0, 0.012, STEPS)
+        if rank == 1:
+            step_time[SPIKE_STEP - 1] = 0.4
+        parts.append(pd.DataFrame({"rank": rank, "step": np.arange(1, STEPS + 1), "time": np.arange(STEPS) * 0.1,
+                                   "step_time_s": step_time}))
+    live = LiveFigure(width_px=960)  # the dashboard's figure (its canvas holds the pixels drawn)
+    live.update(pd.concat(parts), None, PlotOptions(panels=("step_time_s",), theme="light"), live=False)
+    ax, artists = live.axes[0], live.artists[0]
+    assert ax.get_title(loc="left") == "step time (s) · EMA ≥64"
+    assert [(type(a), a.get_label()) for a in artists.values()] == [
+        (M4Band, "_raw rank 0"), (M4Line, "rank 0"), (M4Band, "_raw rank 1"), (M4Line, "rank 1")]
+    assert artists["step_time_s/rank 1/raw"].full[2].max() == 0.4  # the band reaches the spike
+
+    pixels = np.asarray(live.canvas.buffer_rgba())[..., :3].astype(int)
+    height = pixels.shape[0]
+    x0, y0, x1, y1 = (int(v) for v in ax.bbox.extents)
+    panel = pixels[height - y1 + 2:height - y0 - 2, x0 + 2:x1 - 2]
+    blue, orange = ((np.abs(panel - np.array(c)).sum(axis=2) < 60) for c in ((31, 119, 180), (255, 127, 14)))
+    both = [j for j in range(panel.shape[1]) if blue[:, j].any() and orange[:, j].any()]
+    assert len(both) > 0.95 * panel.shape[1], len(both)  # measured before: rank 0's line showed in 226 of 822
+    assert all(np.flatnonzero(orange[:, j]).max() < np.flatnonzero(blue[:, j]).min() for j in both)  # 0.11 above
+    x_px, y_px = ax.transData.transform((SPIKE_STEP, 0.38))
+    row = height - int(round(y_px))
+    near = pixels[row - 2:row + 3, int(x_px) - 2:int(x_px) + 3]
+    tinted = (near[..., 0] > near[..., 1] + 40) & (near[..., 0] > near[..., 2] + 80)  # orange over white: not grey
+    assert tinted.any(), near  # rank 1's colour, faint (measured: 255, 203, 158)

@@ -567,6 +567,49 @@ def test_one_refresh_shows_one_snapshot_progress_badges_range_and_curves_agree(t
     assert last["loss/rank 0"] == 1014 and last["loss/rank 1"] == 1010 and max(last.values()) == 1014
 
 
+def test_two_dashboards_of_one_handle_each_draw_one_snapshot_while_the_files_grow(tmp_path, monkeypatch):
+    """Two dashboards open on one Run (issue 29 item 9: the second's range line read step 23 while its
+    progress line read 146).  Mid-way through the first one's read, the ranks append records and the
+    second dashboard refreshes from its own thread: it waits for the first snapshot to end, and neither
+    dashboard draws curves of one read under the progress line of another."""
+    import threading
+
+    from workbench.results.series import MetricData
+    from workbench.ui.dashboard import Dashboard
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    run = run_folder(tmp_path, world=2, steps=40)
+    handle = Run.load(run.root)
+    first, second = Dashboard(handle, autostart=False), Dashboard(handle, autostart=False)
+    polled = threading.Event()
+    original = handle.metric_frames.poll
+    handle.metric_frames.poll = lambda: (original(), polled.set())[0]
+    grown, read = [], MetricData.from_run
+
+    def read_while_the_files_grow(run_, evals=None):  # inside the first dashboard's snapshot, once
+        if not grown:
+            grown.append(threading.Thread(target=second.refresh))
+            for rank in range(2):
+                writer = JsonlWriter(run.metrics(rank))
+                for step in range(41, 61):
+                    writer.write({"rank": rank, "step": step, "time": time.time(), "loss": 0.05, "lr": 1e-3})
+                writer.close()
+            polled.clear()
+            grown[0].start()
+            polled.wait(1.0)  # the second dashboard's poll: not before this snapshot ends
+        return read(run_, evals)
+
+    monkeypatch.setattr(MetricData, "from_run", staticmethod(read_while_the_files_grow))
+    state = first.refresh()
+    grown[0].join(timeout=30)
+    assert state.step == 40 and "step 40" in first.eta.value and "step 1 – 40: all data" in first.plot.view.value
+    later = second.state
+    assert later.step == 60 and "step 60" in second.eta.value and "step 1 – 60: all data" in second.plot.view.value
+    state = first.refresh()  # nothing new to read (the second took it): the first still draws what it shows
+    assert state.step == 60 and "step 60" in first.eta.value and "step 1 – 60: all data" in first.plot.view.value
+    assert first.plot.live.last_x()["loss/rank 0"] == second.plot.live.last_x()["loss/rank 0"] == 60
+
+
 def test_a_dashboard_whose_kernel_is_gone_says_so_from_the_page_alone(tmp_path, monkeypatch):
     """After a kernel restart the old dashboard stayed at "running · ETA 0:01:28" with "0s ago" badges and a
     live-looking Cancel (issue 29 item 3).  The page has no kernel to ask then: the note and the hidden

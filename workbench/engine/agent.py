@@ -48,7 +48,7 @@ from workbench.engine.rendezvous import RankContract, attempt, torchrun_env
 from workbench.engine.supervisor import LOST, POLL_S, Supervisor
 from workbench.engine.tee import Tee
 from workbench.engine.worker import ATTEMPT_ENV, REQUEUE_EXIT_CODE
-from workbench.proctree import KILL_AFTER_S, Proc, end, parent_death_signal, signal_name
+from workbench.proctree import KILL_AFTER_S, Proc, end, leave_quickly, parent_death_signal, signal_name
 from workbench.runfolder import events
 from workbench.runfolder.failures import (
     elastic_error,
@@ -79,6 +79,7 @@ def run_agent(run_dir: str, contract: RankContract, worker_args: list[str], max_
     job_key = run.start_key(str(submitit.JobEnvironment().job_id), attempt())
     agent = RankAgent(run, env, worker_args, max_restarts, job_key)
     outcome = agent.serve()
+    leave_quickly()  # the worker is gone and every record written: Run.wait() waits for this process's exit
     if outcome == "requeue" and env.rank == 0:
         agent.hand_over_preemption()  # submitit: checkpoint(), requeue, exit
     if outcome == "failed":

@@ -23,7 +23,7 @@ from submitit.local import local as submitit_local
 
 from workbench.engine.rendezvous import REQUEUES_ENV, RUN_DIR_ENV
 from workbench.launch.ours import say_not_signalled, signallable
-from workbench.proctree import KILL_AFTER_S, Proc, end, signal_name
+from workbench.proctree import KILL_AFTER_S, Proc, end, leave_quickly, signal_name
 from workbench.runfolder.failures import error_record, write_error
 from workbench.runfolder.layout import RunDir, read_json
 
@@ -117,6 +117,7 @@ class Controller(submitit_local.Controller):
 def main(argv: list[str] | None = None) -> Any:
     args = sys.argv[1:] if argv is None else argv
     Controller(Path(args[0])).run()
+    leave_quickly()  # every agent has ended: Run.wait() waits for this process's exit
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import io
 import os
 import signal
 import socket
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -66,6 +67,10 @@ class Run:
         self.job = job
         self.metric_frames = RankFrames(self.dir.folder("metrics"))
         """The one incremental reader of every rank's metrics (shared with the dashboard)."""
+        self.reading = threading.RLock()
+        """Held for one snapshot (workbench.ui.state.read_state: the status, then the metrics that poll
+        read): every poll of this handle takes it, so a second dashboard, Run.wait or a cell polling the
+        same handle cannot move the reader on between the status and the curves of one refresh."""
         self._events = MultiTail(self.dir.folder("events"), schema=EVENT)
         self._summary = EventSummary()
         self._stragglers: tuple[int, pd.DataFrame, float, bool] | None = None
@@ -181,6 +186,10 @@ class Run:
     def status(self, job_done: bool | None = None) -> RunStatus:
         """Where the run stands: run and rank states, steps, rate (workbench.launch.status).
         `job_done`: the job's state when the caller just asked for it."""
+        with self.reading:
+            return self._status(job_done)
+
+    def _status(self, job_done: bool | None) -> RunStatus:
         done = self.job_done() if job_done is None else job_done
         meta = self.meta
         self.metric_frames.poll()  # after job_done: once it says done, every record is on disk
@@ -193,6 +202,10 @@ class Run:
         Never raises for SLURM: while it cannot be asked, the status is the run folder's alone, with
         `status.scheduler_error` saying why in one line, and the job counts as ended once every rank
         has said how it ended (or is lost: no heartbeat for dist.lost_after_s)."""
+        with self.reading:
+            return self._live_status()
+
+    def _live_status(self) -> tuple[RunStatus, bool]:
         ended = self.job_ended()
         status = self.status(bool(ended))
         if ended is not None:

@@ -8,6 +8,7 @@ median band are computed on the full series here, before any reduction for drawi
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,12 +24,41 @@ EVAL_PREFIXES = ("val_", "val/", "eval_", "eval/", "test_", "valid_", "validatio
 KNOWN = {"lr": "learning rate (lr)", "step_time_s": "step time (s)", "samples_per_s": "samples/s per rank",
          "mem_mb": "peak memory (MiB)"}
 SMOOTHED = ("step_time_s", "samples_per_s")
-"""Panels besides the loss whose series are smoothed (noisy per step)."""
+"""Panels besides the loss whose series are smoothed (noisy per step); their raw values are drawn as
+a faint band reaching from the smoothed line to each one (ENVELOPE_ALPHA), not as a line."""
 FROM_ZERO = ("mem_mb",)
 """Panels whose y axis starts at 0 (Panel.from_zero)."""
 HIDDEN = BOOKKEEPING | {"loss_reduced", "data_time_s", "compute_s", "comm_wait_s", "comm_busy_s", "grad_norm_sync"}
 MAX_PANELS = 9
 RAW_ALPHA = 0.25
+ENVELOPE_ALPHA = 0.3
+"""The raw band of a SMOOTHED panel.  Per-rank step time and throughput are noise around a level: over
+20,000 steps a raw line zig-zags through every pixel column's min and max (M4 keeps them) and each
+rank's strokes, antialiased over one another, filled the panel as a solid block with the smoothed
+lines lost in it.  Drawn instead as W&B draws a bucketed series (the line over its min-max area) and
+TensorBoard a smoothed one (the raw faint behind it): one faint fill per rank with a thin outline,
+every raw value inside it (a one-step spike is drawn: a stroke to its height), the smoothed line on top."""
+
+
+LEVEL_POINTS = 500
+"""A SMOOTHED panel's EMA averages over at least 1/LEVEL_POINTS of the series (level_window): a weight
+per logged point (TensorBoard's 0.6: 2.5 points) leaves a 20,000-step series as noisy as the raw one
+at a panel's ~300-1000 pixel columns, where W&B draws a bucket's mean.  There, step time and
+throughput are read as a level per rank (and a spike as a spike, in the raw band behind it)."""
+
+
+def level_window(points: int) -> int:
+    """The fewest steps a SMOOTHED panel's EMA averages over for a series of `points`: 1 (the slider's
+    weight alone) up to 2 * LEVEL_POINTS, else points / LEVEL_POINTS rounded up to a power of 2 (a live
+    run's panels are laid out again only when it doubles)."""
+    wanted = points / LEVEL_POINTS
+    return 1 if wanted <= 2 else 2 ** math.ceil(math.log2(wanted))
+
+
+def level_weight(weight: float, window: int) -> float:
+    """The EMA weight a SMOOTHED panel uses: the slider's, or heavier to average over `window` points;
+    0 (the user asked for raw values) stays 0."""
+    return weight if weight <= 0 or window <= 1 else max(weight, 1.0 - 1.0 / window)
 
 
 @dataclass(frozen=True)
@@ -43,6 +73,8 @@ class Panel:
     from_zero: bool = False
     """The y axis starts at 0: an amount, where a 1 MiB change on 500 MiB fitted to the panel's height
     looked like a leak (peak memory)."""
+    window: int = 1
+    """A SMOOTHED panel's least EMA window in steps (level_window; 1: the slider's weight)."""
 
 
 @dataclass
@@ -114,7 +146,11 @@ def choose_panels(data: MetricData, wanted: tuple[str, ...] | None = None) -> li
         panels.append(Panel("val", tuple(names), title, log_able=True))
     for column, title in KNOWN.items():
         if data.has(column):
-            panels.append(Panel(column, (column,), title, smooth=column in SMOOTHED, from_zero=column in FROM_ZERO))
+            window = level_window(max((len(c[column]) for c in data.ranks.values() if column in c), default=0)) \
+                if column in SMOOTHED else 1
+            title += f" · EMA ≥{window}" if window > 1 else ""  # steps; short: a panel is ~300 px
+            panels.append(Panel(column, (column,), title, smooth=column in SMOOTHED, from_zero=column in FROM_ZERO,
+                                window=window))
     taken = {c for p in panels for c in p.columns} | HIDDEN
     for name in data.columns():
         if name not in taken and not name.startswith(EVAL_PREFIXES) and data.has(name):
@@ -133,35 +169,43 @@ def panel_specs(panel: Panel, data: MetricData, x: str, opts: Any, views: Views,
     ranks = [r for r in ranks if column in data.ranks[r]]
     if not ranks:
         return []
-    weight = opts.smooth if panel.smooth else 0.0
+    weight = level_weight(opts.smooth, panel.window) if panel.smooth else 0.0
+    envelope = panel.key in SMOOTHED
     if panel.key == "lr":
         r = ranks[0]
         return [Spec("lr", "line", data.x(r, x), np.asarray(data.ranks[r]["lr"], float), "lr (every rank)",
                      {"color": theme_fg, "lw": 1.3})]
     if len(ranks) > BAND_ABOVE_RANKS:
-        specs = _band_specs(panel, data, ranks, x, weight, views, theme_fg)
+        specs = _band_specs(panel, data, ranks, x, weight, views, theme_fg, envelope)
     else:
         specs = []
         for r in ranks:
             specs += _line_specs(f"{panel.key}/rank {r}", data.x(r, x), np.asarray(data.ranks[r][column], float),
-                                 f"rank {r}", {"color": rank_colour(r)}, weight, views)
+                                 f"rank {r}", {"color": rank_colour(r)}, weight, views, envelope=envelope)
     if panel.key == "loss" and len(data.ranks) > 1:
         specs += _reduced_specs(panel, data, ranks, x, weight, views, theme_fg)
     return specs
 
 
 def _line_specs(key: str, x: np.ndarray, y: np.ndarray, label: str, style: dict[str, Any], weight: float,
-                views: Views, stable: int | None = None, gid: str | None = None) -> list[Spec]:
-    """The series, smoothed when asked with the raw one faint behind it."""
+                views: Views, stable: int | None = None, gid: str | None = None, envelope: bool = False) -> list[Spec]:
+    """The series, smoothed when asked with the raw one faint behind it: a line, or (`envelope`) a band
+    from the smoothed value to the raw one at each point (ENVELOPE_ALPHA)."""
     if weight <= 0:
         return [Spec(key, "line", x, y, label, {"lw": 1.3, **style, "gid": gid}, stable=stable)]
     smooth = views.smoother(key, y, weight, stable)
+    line = Spec(key, "line", x, smooth, label, {"lw": 1.4, **style, "gid": gid}, raw=y, stable=stable)
+    if envelope:
+        colour = style.get("color", "#888")  # its outline too: a one-step spike is a stroke, not a sliver of fill
+        band = {"color": colour, "alpha": ENVELOPE_ALPHA, "lw": 0.5, "edgecolor": colour}
+        return [Spec(key + "/raw", "band", x, np.fmin(y, smooth), "_raw " + label, band, y2=np.fmax(y, smooth),
+                     stable=stable), line]
     return [Spec(key + "/raw", "line", x, y, "_raw " + label, {"lw": 0.8, "alpha": RAW_ALPHA, **style}, stable=stable),
-            Spec(key, "line", x, smooth, label, {"lw": 1.4, **style, "gid": gid}, raw=y, stable=stable)]
+            line]
 
 
 def _band_specs(panel: Panel, data: MetricData, ranks: list[int], x: str, weight: float, views: Views,
-                fg: str) -> list[Spec]:
+                fg: str, envelope: bool = False) -> list[Spec]:
     column = panel.columns[0]
     shown = MetricData({r: data.ranks[r] for r in ranks}, samples_per_step=data.samples_per_step,
                        origin=data.origin_time() if x == "elapsed_s" else data.origin)
@@ -169,10 +213,11 @@ def _band_specs(panel: Panel, data: MetricData, ranks: list[int], x: str, weight
     specs = [Spec(f"{panel.key}/band", "band", band.x, band.low, f"min-max of {len(ranks)} ranks",
                   {"color": "#888", "alpha": 0.3, "lw": 0}, y2=band.high, stable=band.stable)]
     specs += _line_specs(f"{panel.key}/median", band.x, band.median, "median", {"color": fg}, weight, views,
-                         stable=band.stable)
+                         stable=band.stable)  # the min-max band is behind it already: its raw stays a line
     for r in band.outliers:  # named at their line's end, not in the legend (which then stays put)
         specs += _line_specs(f"{panel.key}/rank {r}", data.x(r, x), np.asarray(data.ranks[r][column], float),
-                             f"_outlier rank {r}", {"color": rank_colour(r)}, weight, views, gid=f"rank {r}")
+                             f"_outlier rank {r}", {"color": rank_colour(r)}, weight, views, gid=f"rank {r}",
+                             envelope=envelope)
         specs.append(Spec(f"{panel.key}/name {r}", "note", data.x(r, x), np.asarray(data.ranks[r][column], float),
                           f"rank {r}", {"color": rank_colour(r)}))
     return specs

@@ -63,10 +63,10 @@ class MetricData:
         names: list[str] = []
         for rank in ranks[:1] + ranks[-1:]:  # ranks log the same fields; the first and last say which
             names += [str(c) for c in list(frames.frames.rows[rank].values) if str(c) not in names]  # no DataFrame
-        found = frames.columns(names)
+        version, found = frames.versioned(names)  # one read: the version is that of these columns
         numeric = {r: {c: v for c, v in cols.items() if getattr(getattr(v, "dtype", None), "kind", "O") in "biuf"}
                    for r, cols in found.items()}
-        return cls(numeric, evals, run.samples_per_step(), run.meta.get("created"), frames.version,
+        return cls(numeric, evals, run.samples_per_step(), run.meta.get("created"), version,
                    [n for n in names if any(n in cols for cols in numeric.values())])
 
     def columns(self) -> list[str]:

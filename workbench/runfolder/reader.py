@@ -342,12 +342,17 @@ class RankFrames:
 
     def columns(self, names: Iterable[str]) -> dict[int, dict[str, Any]]:
         """rank -> {name: numpy array} for the named columns each rank has (no DataFrame is made)."""
+        return self.versioned(names)[1]
+
+    def versioned(self, names: Iterable[str]) -> tuple[int, dict[int, dict[str, Any]]]:
+        """(version, columns(names)) read together: the version of exactly those columns, which a
+        poll from another thread between two separate reads would have made newer than the data."""
         with self._lock:
             out = {}
             for rank in self.frames:
                 found = {name: self.frames.column(rank, name) for name in names}
                 out[rank] = {name: values for name, values in found.items() if values is not None}
-            return out
+            return self.version, out
 
     def frame(self, max_points: int | None = None) -> pd.DataFrame:
         """Every rank's rows (at most max_points per rank, evenly spaced), sorted by step then rank."""

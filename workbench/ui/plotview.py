@@ -173,8 +173,9 @@ class MetricsPlot:
     def refresh(self) -> str:
         """Read the run (what was appended since the last read) and redraw; "full" or "lines"."""
         if self.run is not None:
-            status, _ = self.run.live_status()  # one poll (SLURM not answering is no error here)
-            self.data = MetricData.from_run(self.run, self.run.evals())
+            with self.run.reading:  # the status and the curves of one poll (workbench.ui.state.read_state)
+                status, _ = self.run.live_status()  # one poll (SLURM not answering is no error here)
+                self.data = MetricData.from_run(self.run, self.run.evals())
             self.live_run = not status.done
         return self.redraw()
 

@@ -418,15 +418,19 @@ def _draw_parts(renderer: Any, parts: list[tuple[Any, int, int | None]]) -> None
         lines, bands = by_axes.setdefault(artist.axes, ([], []))
         (bands if isinstance(artist, M4Band) else lines).append((artist, artist.part(start, stop)))
     for ax, (lines, bands) in by_axes.items():
+        strokes = [(xy, to_rgba(a.get_color(), a.get_alpha()), a.get_linewidth(), a.get_linestyle()) for a, xy in lines]
         for band, verts in bands:
             poly = PolyCollection([verts], facecolors=band.get_facecolor(), edgecolors="none", linewidths=0)
             _draw_in(poly, ax, renderer)
-        if lines:
-            coll = LineCollection([xy for _, xy in lines],
-                                  colors=[to_rgba(a.get_color(), a.get_alpha()) for a, _ in lines],
-                                  linewidths=[a.get_linewidth() for a, _ in lines],
-                                  linestyles=[a.get_linestyle() for a, _ in lines], capstyle="butt",
-                                  joinstyle="round")
+            width = float(np.max(band.get_linewidth()))
+            if width > 0:  # its outline as two lines: a part's closing sides would stroke a seam at each join
+                half = len(verts) // 2
+                colour = tuple(band.get_edgecolor()[0])
+                strokes = [(verts[:half], colour, width, "solid"), (verts[half:], colour, width, "solid"), *strokes]
+        if strokes:
+            coll = LineCollection([xy for xy, _, _, _ in strokes], colors=[c for _, c, _, _ in strokes],
+                                  linewidths=[w for _, _, w, _ in strokes],
+                                  linestyles=[ls for _, _, _, ls in strokes], capstyle="butt", joinstyle="round")
             _draw_in(coll, ax, renderer)
 
 
@@ -514,13 +518,15 @@ def values_at(ax: Any, artists: Any, x: float) -> tuple[float | None, list[tuple
     at: float | None = None
     for artist in artists:
         label = str(artist.get_gid() or artist.get_label())
+        if label.startswith("_"):  # a raw series (its value is given beside its smoothed one), a note
+            continue
         if hasattr(artist, "full"):  # the band
             bx, low, high = artist.full
             i = _index_at(bx, x)
             if i is not None:
                 found.append((label.replace("min-max of ", "min–max, "), f"{low[i]:.4g} – {high[i]:.4g}"))
             continue
-        if label.startswith("_") or not hasattr(artist, "get_xdata"):
+        if not hasattr(artist, "get_xdata"):
             continue
         xs: Any = getattr(artist, "full_x", None)
         ys: Any = getattr(artist, "full_y", None)

@@ -127,10 +127,16 @@ def failure_text(failure: RankFailure | None) -> str:
 def read_state(run: Run, max_points: int | None = None) -> DashboardState:
     """Poll the run's files once (through the Run's own readers) and compute the state.  (max_points
     is no longer used: every logged point is kept, and drawing reduces them per pixel column.)"""
-    status, job_done = run.live_status()  # the one poll of the metrics in this refresh; never raises for SLURM
+    with run.reading:  # no other poll of this handle (a second dashboard, Run.wait) between these reads
+        status, job_done = run.live_status()  # the one poll of the metrics in this refresh; never raises for SLURM
+        evals = run.evals()
+        data = MetricData.from_run(run, evals)  # what that poll read: no second poll
+    return state_of(run, status, job_done, evals, data)
+
+
+def state_of(run: Run, status: RunStatus, job_done: bool, evals: pd.DataFrame, data: MetricData) -> DashboardState:
+    """The state of one snapshot (the status and the metrics it read), with what else the dashboard shows."""
     failure = run.exception(status) if status.state == "failed" else None
-    evals = run.evals()
-    data = MetricData.from_run(run, evals)  # what that poll read: no second poll
     state = dashboard_state(status, failure, job_done, data)
     state.evals = evals
     state.health = run.health(status)  # the status just read: no second pass over the files
