@@ -194,10 +194,12 @@ def _host_steps(cfg: JobConfig, factory: Callable[..., Any], strategies: Iterabl
     found: dict[tuple[str, int], dict[str, Any]] = {}
     host = [n for n in sizes if n <= max(1, cfg.dist.procs_per_node)
             and not (memory.traced and room is not None and n * memory.peak > room / 2)]
+    beyond = any(n not in host for n in sizes)  # then the compute of the most ranks at once is needed too
     for strategy in strategies:
         for n in host:
             try:
-                found[strategy, n] = measured_step(cfg.replace(dist__strategy=strategy), factory, n, _threads(cfg))
+                found[strategy, n] = measured_step(cfg.replace(dist__strategy=strategy), factory, n, _threads(cfg),
+                                                   bare=beyond and n == host[-1])
             except Exception as exc:  # noqa: BLE001 - a probe that cannot run: the step's model instead, said why
                 notes.append(f"step time at {n} ranks ({strategy}): not measured with its ranks at once "
                              f"({type(exc).__name__}: {str(exc)[:160]})")
@@ -205,8 +207,7 @@ def _host_steps(cfg: JobConfig, factory: Callable[..., Any], strategies: Iterabl
             r = found[strategy, n]
             notes.append(f"step time at {n} ranks ({strategy}): the engine's step of this model measured with {n} "
                          f"ranks stepping at once on this host ({r['step_s'] * 1000:.1f} ms, rank 0's median of "
-                         f"{r['steps']}; without communication {r['bare_step_s'] * 1000:.1f} ms; load "
-                         f"{r['load']:.1f})")
+                         f"{r['steps']}; load {r['load']:.1f})")
     return found
 
 
@@ -214,8 +215,9 @@ def _compute_s(cfg: JobConfig, factory: Callable[..., Any], device: str,
                steps: dict[tuple[str, int], dict[str, Any]], notes: list[str]) -> float | None:
     """One micro-batch's compute for the sizes the host steps did not measure: from the most ranks measured
     at once here (a node of the run shares its cores as this host does), else one rank's, measured alone."""
-    if steps:
-        (strategy, n), most = max(steps.items(), key=lambda item: item[0][1])
+    bare = [(n, r) for (_, n), r in steps.items() if "bare_step_s" in r]
+    if bare:
+        n, most = bare[0]
         notes.append(f"step time beyond {n} ranks: the micro-batch's compute with {n} ranks stepping at once here "
                      f"({most['bare_step_s'] * 1000:.1f} ms) x {cfg.train.grad_accum_steps} accumulation steps, "
                      "plus the collectives and the engine's work a step")

@@ -52,14 +52,15 @@ def measured_link(world_size: int, settings: dict[str, Any], refresh: bool = Fal
     return link_of(cache[key])
 
 
-def measured_step(cfg: Any, factory: Any, world_size: int, threads: int) -> dict[str, Any]:
+def measured_step(cfg: Any, factory: Any, world_size: int, threads: int, bare: bool = False) -> dict[str, Any]:
     """The engine's step of `factory`'s model under `cfg` with `world_size` ranks stepping at once on this
-    host, and its bare compute so stepped (probe_rank.model_step): {"step_s", "bare_step_s", "load", ...}."""
+    host, and with `bare` its compute so stepped (probe_rank.model_step): {"step_s", "steps", "load",
+    "bare_step_s", "bare_steps"}."""
     import cloudpickle
 
     cfg = cfg.replace(dist__procs_per_node=world_size, dist__nodes=1)
     payload = cloudpickle.dumps((cfg, factory))  # a notebook's factory by value, as submit ships it
-    settings = {"threads": threads}
+    settings = {"threads": threads, "bare": bare}
     return _run_ranks(world_size, settings, payload, f"the step probe of {cfg.task.name!r}")
 
 

@@ -26,6 +26,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -100,14 +101,16 @@ def engine_overhead(settings: dict[str, Any], blocks: int = 5, block: int = 10) 
     return result
 
 
-def model_step(payload: str, budget_s: float = 1.5, warmup: int = 5, least: int = 5,
-               most: int = 30) -> dict[str, float]:
+def model_step(payload: str, bare: bool, budget_s: float = 4.0, warmup: int = 5, least: int = 10,
+               most: int = 40) -> dict[str, float]:
     """The engine's real step of the user's model (Trainer.train_step: data, forward, backward with DDP's
     all-reduces or FSDP2's collectives, clip, optimizer, the record and the loss reduce), rank 0's median
     wall time as a run's step_time_s is; then the same model's bare step (planning.compute.training_step,
     no communication) with every rank stepping at once: the compute a rank has when the host's cores are
-    shared, for world sizes beyond this host.  `warmup` steps first, then as many as fit in `budget_s`
-    (decided once for all ranks: every engine step is a collective)."""
+    shared, for world sizes beyond this host (when `bare`).  `warmup` steps first, then as many as fit in
+    `budget_s` (decided once for all ranks: every engine step is a collective).  The window is seconds
+    long, as a run's median is: on a shared host the load moves within seconds, and a median of 5 steps
+    (1.5 s) missed a run right after it by 3x at load 10."""
     import pickle
 
     import torch
@@ -136,10 +139,12 @@ def model_step(payload: str, budget_s: float = 1.5, warmup: int = 5, least: int 
         if _due(trainer.step, cfg.dist.check_every_steps):
             trainer.health.check(trainer.step)  # collective: as fit() runs it
 
-    bare_task = build_task(factory, dict(cfg.task.options))
-    bare = training_step(cfg, bare_task, bare_task.model, "cpu")
+    kinds: list[tuple[str, Callable[[], None]]] = [("step_s", engine_step)]
+    if bare:
+        bare_task = build_task(factory, dict(cfg.task.options))
+        kinds.append(("bare_step_s", training_step(cfg, bare_task, bare_task.model, "cpu")))
     result = {}
-    for name, step in (("step_s", engine_step), ("bare_step_s", bare)):
+    for name, step in kinds:
         began = time.perf_counter()
         for _ in range(warmup):
             step()
@@ -169,7 +174,7 @@ def main(out: str, settings_json: str, payload: str | None = None) -> None:
     dist.init_process_group("gloo")  # collective: every probe rank meets here
     measured: dict[str, Any]
     if payload:
-        measured = model_step(payload)
+        measured = model_step(payload, settings.get("bare", False))
     else:
         small, large = collective_seconds(SMALL_BYTES), collective_seconds(LARGE_BYTES)
         measured = {"small": [SMALL_BYTES, small], "large": [LARGE_BYTES, large], **engine_overhead(settings)}
