@@ -71,11 +71,10 @@ def test_a_cpu_plan_measures_the_models_step_with_its_ranks_at_once_and_models_o
     cfg = JobConfig.from_dict({"task": {"name": "synthetic", "options": options}, "train": {"micro_batch_size": 8},
                                "dist": {"procs_per_node": 2, "threads_per_rank": 1}})
     before = _children()
-    frame = workbench.plan(cfg, world_sizes=(1, 2, 4)).set_index("world_size")
+    frame = workbench.plan(cfg, world_sizes=(2, 4)).set_index("world_size")
     notes = frame.attrs["notes"]
-    for n in (1, 2):
-        assert frame.loc[n, "step_s"] == pytest.approx(_ms(notes, f"step time at {n} ranks (ddp): the engine's step of this model "
-                                                    f"measured with {n} ranks stepping at once"), abs=1e-4), notes
+    assert frame.loc[2, "step_s"] == pytest.approx(_ms(notes, "step time at 2 ranks (ddp): the engine's step of this "
+                                                              "model measured with 2 ranks stepping at once"), abs=1e-4)
     bare = _ms(notes, "step time beyond 2 ranks: the micro-batch's compute with 2 ranks stepping at once")
     assert frame.loc[4, "step_s"] > bare > 0 and not _children() - before
 
