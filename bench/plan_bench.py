@@ -5,8 +5,8 @@
 Four models at micro-batch 16: the built-in MLP (synthetic) and transformer (charlm), a conv net and a
 Hugging Face GPT-2 (transformers, the engine's dict batches), under ddp at 1 and 2 ranks and fsdp2 at 2
 (gloo, 1 thread a rank).  Predicted: `workbench.plan(cfg, world_sizes=(n,), strategies=(s,))` (memory
-traced on fake tensors; step time a measured micro-batch plus the collectives on the probed link plus the
-engine's measured work a step; the link probe's result is cached, as a user's plan would find it).
+traced on fake tensors; step time the engine's step of the model measured with the row's ranks stepping
+at once on this host, planning.probe.measured_step, rank 0's median after 5 warm-up steps).
 Measured: ddp's peak by the same tracker on real tensors over two steps (CPU keeps no allocator
 statistics); fsdp2's by torch's FSDPMemTracker (torch.distributed._tools) over two steps of the engine's
 own FSDP2Strategy, optimizer and clip in a real 2-rank gloo run under torchrun (rank 0's); the step time

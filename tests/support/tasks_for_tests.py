@@ -128,6 +128,13 @@ def failing_to_build(rank: int = 1, **options) -> Task:
     return synthetic_classification(**options)
 
 
+def only_outside_ranks(**options) -> Task:
+    """Builds in the process that plans (no RANK set) and raises in every rank: a plan's step probe that fails."""
+    if "RANK" in os.environ:
+        raise ValueError(f"cannot build the task on rank {os.environ['RANK']}: no such dataset")
+    return synthetic_classification(**options)
+
+
 def crashing_while_building(rank: int = 1, **options) -> Task:
     """A factory that crashes the process in native code on `rank` (a segmentation fault)."""
     if int(os.environ["RANK"]) == rank:

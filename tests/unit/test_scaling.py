@@ -364,13 +364,17 @@ def test_cli_table_plan_says_memory_fit_and_what_does_not_fit(tmp_path, capsys, 
     from workbench.planning import probe
     from workbench.planning.cost import Link
 
-    # the link probe's ranks are tests/ddp/test_plan_probe.py's: here a link as the probe would give it
+    # the probe's ranks are tests/ddp/test_plan_probe.py's: here a link and a step as the probe would give them
     monkeypatch.setattr(probe, "measured_link", lambda n, settings: Link(n, 1e-4, 1.0, 1e-3, "measured (test)"))
+    monkeypatch.setattr(probe, "measured_step", lambda cfg, factory, n, threads, bare=False: {
+        "step_s": 0.05 * n, "steps": 10, "load": 1.0})
     path = _write(tmp_path, guide(task={"options": {"n_train": 512}}))
     assert main(["table", path, "--world-sizes", "1,2", "--plan", "--device-memory-gb", "0.000001"]) == 0
     out = capsys.readouterr().out
     assert "plan (per rank; MiB):" in out and "memory: traced on fake tensors (torch MemTracker)" in out
     assert "2 ranks 100 us a call, 1.00 GB/s, engine 1.00 ms a step (measured (test))" in out
+    assert ("step time at 2 ranks (ddp): the engine's step of this model measured with 2 ranks stepping at once on "
+            "this host (100.0 ms, rank 0's median of 10; load 1.0)") in out
     assert out.count("does not fit: world size ") == 2 and " MiB x 0.85: a smaller model or a larger device" in out
     assert " NO " in out and "0 MiB a rank" not in out, out
 

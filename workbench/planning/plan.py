@@ -2,10 +2,15 @@
 fits, the largest micro-batch that does, and the predicted speed.
 
 Memory comes from one trace of the training step on fake tensors (planning.memory); the same at every
-world size under DDP, which replicates the whole step on every rank.  The step's time (planning.cost) is
-one micro-batch's compute measured on this machine (planning.compute: warm-up, then the median of many,
-with the rank's thread count), times the accumulation steps, plus the step's collectives on a link, plus
-the engine's own work a step.  The link (per-call latency, bus bandwidth) and the engine's work are
+world size under DDP, which replicates the whole step on every rank.  The step's time: on CPU, at each
+world size whose ranks share this host, the engine's own step of the model measured with that many ranks
+stepping at once (planning.probe.measured_step): on a host of few cores, n ranks share its cores with
+each other and with gloo's threads, so one micro-batch timed alone (the model below) came out up to 2.3x
+too fast at 2 ranks here.  Elsewhere (beyond a node's ranks, on CUDA: a process a GPU, no cores shared,
+or a link given) it is modelled (planning.cost): one micro-batch's compute (from the most ranks measured
+at once here, else measured alone by planning.compute: warm-up, then the median of many, with the rank's
+thread count), times the accumulation steps, plus the step's collectives on a link, plus the engine's own
+work a step.  The link (per-call latency, bus bandwidth) and the engine's work are
 measured by a probe of gloo at each world size this host runs (planning.probe: a few seconds once, then
 cached per backend, world size, host and settings), scaled from the largest measured to larger sizes;
 or given (`link`, `bandwidth_gbps`); NCCL's is assumed (BANDWIDTH_GBPS) until a GPU probe exists.  DDP
@@ -82,18 +87,20 @@ def plan(cfg: JobConfig, task: Callable[..., Any] | None = None, world_sizes: It
         probe = False
         notes.append(f"step time: not measured (a real step needs {memory.peak / MB:,.0f} MiB, more than half of "
                      f"this machine's {room / MB:,.0f} MiB available)")
-    compute_s = _probe(cfg, factory, device, notes) if probe else None
+    # On CPU with the link to be measured: the model's own step at each world size whose ranks share this
+    # host, its ranks stepping at once (they share its cores, as the run's will)
+    shared = probe and link is None and not bandwidth_gbps and not device.startswith("cuda")
+    steps = _host_steps(cfg, factory, strategies, sizes, memory, room, notes) if shared else {}
+    modelled = any((s, n) not in steps for s in strategies for n in sizes)
+    compute_s = _compute_s(cfg, factory, device, steps, notes) if probe and modelled else None
     links = {strategy: _links(cfg.replace(dist__strategy=strategy), sizes, device, link, bandwidth_gbps,
                               probe, notes) for strategy in strategies}
-    if compute_s is not None:
-        notes.append(f"step time: one micro-batch measured on this machine ({compute_s * 1000:.1f} ms, the median "
-                     f"after warm-up) x {cfg.train.grad_accum_steps} accumulation steps, plus the collectives and "
-                     "the engine's work a step")
     # batch, lr, warmup and steps per epoch as the scaling table gives them (the factory's own dataset
     # counts when the config does not give its size)
     scaling = scaling_table(cfg, sizes, dataset_size=cfg.task.train_samples or memory.samples)
-    rows = [_row(scale, strategy, memory, capacity_mb, headroom, _step_s(cfg, strategy, memory, compute_s,
-                                                                         links[strategy][scale["world_size"]]))
+    rows = [_row(scale, strategy, memory, capacity_mb, headroom,
+                 steps[strategy, scale["world_size"]]["step_s"] if (strategy, scale["world_size"]) in steps
+                 else _step_s(cfg, strategy, memory, compute_s, links[strategy][scale["world_size"]]))
             for scale in scaling.to_dict("records") for strategy in strategies]
     frame = pd.DataFrame(rows, columns=COLUMNS)
     frame.attrs["notes"] = notes
@@ -175,6 +182,52 @@ def _row(scale: Mapping[Any, Any], strategy: str, memory: StepMemory, capacity_m
 def _threads(cfg: JobConfig) -> int:
     """A rank's thread count, as the launcher gives it."""
     return cfg.dist.threads_per_rank or max(1, (os.cpu_count() or 1) // cfg.dist.procs_per_node)
+
+
+def _host_steps(cfg: JobConfig, factory: Callable[..., Any], strategies: Iterable[str], sizes: list[int],
+                memory: StepMemory, room: float | None, notes: list[str]) -> dict[tuple[str, int], dict[str, Any]]:
+    """The engine's step of this model measured with n ranks at once on this host (planning.probe.measured_step)
+    for each strategy and each size up to a node's ranks whose n real steps fit half the memory available;
+    a probe that cannot run leaves the rest to the model of the step, said why."""
+    from workbench.planning.probe import measured_step
+
+    found: dict[tuple[str, int], dict[str, Any]] = {}
+    host = [n for n in sizes if n <= max(1, cfg.dist.procs_per_node)
+            and not (memory.traced and room is not None and n * memory.peak > room / 2)]
+    beyond = any(n not in host for n in sizes)  # then the compute of the most ranks at once is needed too
+    for strategy in strategies:
+        for n in host:
+            try:
+                found[strategy, n] = measured_step(cfg.replace(dist__strategy=strategy), factory, n, _threads(cfg),
+                                                   bare=beyond and n == host[-1])
+            except Exception as exc:  # noqa: BLE001 - a probe that cannot run: the step's model instead, said why
+                notes.append(f"step time at {n} ranks ({strategy}): not measured with its ranks at once "
+                             f"({type(exc).__name__}: {str(exc)[:160]})")
+                return found
+            r = found[strategy, n]
+            notes.append(f"step time at {n} ranks ({strategy}): the engine's step of this model measured with {n} "
+                         f"ranks stepping at once on this host ({r['step_s'] * 1000:.1f} ms, rank 0's median of "
+                         f"{r['steps']}; load {r['load']:.1f})")
+    return found
+
+
+def _compute_s(cfg: JobConfig, factory: Callable[..., Any], device: str,
+               steps: dict[tuple[str, int], dict[str, Any]], notes: list[str]) -> float | None:
+    """One micro-batch's compute for the sizes the host steps did not measure: from the most ranks measured
+    at once here (a node of the run shares its cores as this host does), else one rank's, measured alone."""
+    bare = [(n, r) for (_, n), r in steps.items() if "bare_step_s" in r]
+    if bare:
+        n, most = bare[0]
+        notes.append(f"step time beyond {n} ranks: the micro-batch's compute with {n} ranks stepping at once here "
+                     f"({most['bare_step_s'] * 1000:.1f} ms) x {cfg.train.grad_accum_steps} accumulation steps, "
+                     "plus the collectives and the engine's work a step")
+        return float(most["bare_step_s"])
+    compute_s = _probe(cfg, factory, device, notes)
+    if compute_s is not None:
+        notes.append(f"step time: one micro-batch measured on this machine ({compute_s * 1000:.1f} ms, the median "
+                     f"after warm-up) x {cfg.train.grad_accum_steps} accumulation steps, plus the collectives and "
+                     "the engine's work a step")
+    return compute_s
 
 
 def _probe(cfg: JobConfig, factory: Callable[..., Any], device: str, notes: list[str]) -> float | None:

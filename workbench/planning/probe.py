@@ -1,7 +1,9 @@
 """The link probe, from the submitting side: starts `world_size` probe ranks on this host
 (planning.probe_rank), reads what rank 0 measured, makes a Link of it, and keeps it in a cache file per
 backend, world size, host, torch version and the settings that change the engine's own work, so that a
-plan measures a link once.  The ranks are this module's children: ended on every path."""
+plan measures a link once.  On CPU it also measures the user's model's own step at each world size
+whose ranks share this host (measured_step: not cached, a model's step is its own).  The ranks are
+this module's children: ended on every path."""
 
 from __future__ import annotations
 
@@ -50,6 +52,18 @@ def measured_link(world_size: int, settings: dict[str, Any], refresh: bool = Fal
     return link_of(cache[key])
 
 
+def measured_step(cfg: Any, factory: Any, world_size: int, threads: int, bare: bool = False) -> dict[str, Any]:
+    """The engine's step of `factory`'s model under `cfg` with `world_size` ranks stepping at once on this
+    host, and with `bare` its compute so stepped (probe_rank.model_step): {"step_s", "steps", "load",
+    "bare_step_s", "bare_steps"}."""
+    import cloudpickle
+
+    cfg = cfg.replace(dist__procs_per_node=world_size, dist__nodes=1)
+    payload = cloudpickle.dumps((cfg, factory))  # a notebook's factory by value, as submit ships it
+    settings = {"threads": threads, "bare": bare}
+    return _run_ranks(world_size, settings, payload, f"the step probe of {cfg.task.name!r}")
+
+
 def link_of(result: dict[str, Any]) -> Link:
     """A Link from a probe's result: latency and bandwidth fitted on its two all-reduces; the engine's
     overhead is the main thread's CPU time its tiny model's engine step adds to the bare step."""
@@ -59,15 +73,19 @@ def link_of(result: dict[str, Any]) -> Link:
                     source=f"measured {result.get('when', '')} at load {result.get('load', float('nan')):.1f}")
 
 
-def _run_ranks(world_size: int, settings: dict[str, Any]) -> dict[str, Any]:
+def _run_ranks(world_size: int, settings: dict[str, Any], payload: bytes | None = None,
+               what: str = "the link probe") -> dict[str, Any]:
     from workbench.engine.rendezvous import free_port
 
-    with tempfile.TemporaryDirectory(prefix="workbench-link-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="workbench-link-") as tmp:  # mode 0700: the ranks unpickle from it
         out = os.path.join(tmp, "result.json")
         base = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port("127.0.0.1")),
                 "WORLD_SIZE": str(world_size), "LOCAL_WORLD_SIZE": str(world_size),
                 "OMP_NUM_THREADS": str(settings["threads"])}
         command = [sys.executable, "-m", "workbench.planning.probe_rank", out, json.dumps(settings)]
+        if payload is not None:
+            command.append(os.path.join(tmp, "model.pkl"))
+            Path(command[-1]).write_bytes(payload)
         procs: list[subprocess.Popen[bytes]] = []
         logs = [open(os.path.join(tmp, f"rank{rank}.err"), "wb") for rank in range(world_size)]  # noqa: SIM115
         try:
@@ -84,7 +102,7 @@ def _run_ranks(world_size: int, settings: dict[str, Any]) -> dict[str, Any]:
                 log.close()
         if not os.path.exists(out):
             why = _first_error([Path(log.name).read_text(errors="replace") for log in logs])
-            raise RuntimeError(f"the link probe at {world_size} ranks wrote nothing: {why}")
+            raise RuntimeError(f"{what} at {world_size} ranks wrote nothing: {why}")
         result = dict(json.loads(Path(out).read_text()))
     result["when"] = time.strftime("%Y-%m-%d %H:%M")
     return result
@@ -93,7 +111,7 @@ def _run_ranks(world_size: int, settings: dict[str, Any]) -> dict[str, Any]:
 def _first_error(logs: list[str]) -> str:
     """The exception a rank's stderr ends with (its line and what follows), else the log's last line."""
     for text in logs:
-        lines = text.strip().splitlines()
+        lines = [re.sub(r"^\[rank\d+\]:\s*", "", line) for line in text.strip().splitlines()]  # torch's prefix
         for i in range(len(lines) - 1, -1, -1):
             if re.match(r"^[\w.]+(Error|Exception|Interrupt)\b", lines[i]):
                 return " ".join(lines[i:])[:400]

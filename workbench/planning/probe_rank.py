@@ -2,6 +2,7 @@
 own per-step work cost on this host at this world size.
 
     python -m workbench.planning.probe_rank OUT.json SETTINGS_JSON      (RANK, WORLD_SIZE, MASTER_* set)
+    python -m workbench.planning.probe_rank OUT.json SETTINGS_JSON MODEL.pkl
 
 1. all_reduce at two sizes (SMALL_BYTES, LARGE_BYTES), the median of each: planning.cost.fit_link makes the
    per-call latency and the bus bandwidth of them.
@@ -12,6 +13,9 @@ own per-step work cost on this host at this world size.
    adds is DDP's or FSDP2's bookkeeping, the comm hook, the record, the loss reduce: what a real
    model's step pays beside its compute and its bytes (waiting for a collective costs no CPU: the link
    counts that).
+With MODEL.pkl (the plan's config and factory, pickled by planning.probe into its private temporary
+folder): instead, the user's own model's step at this world size (model_step), every rank stepping at
+once as a run's ranks do on this host, so that they share its cores as the run's will.
 Rank 0 writes the result beside OUT and renames it onto OUT (a reader never sees half a file)."""
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +101,68 @@ def engine_overhead(settings: dict[str, Any], blocks: int = 5, block: int = 10) 
     return result
 
 
-def main(out: str, settings_json: str) -> None:
+def model_step(payload: str, bare: bool, budget_s: float = 4.0, warmup: int = 5, least: int = 10,
+               most: int = 40) -> dict[str, float]:
+    """The engine's real step of the user's model (Trainer.train_step: data, forward, backward with DDP's
+    all-reduces or FSDP2's collectives, clip, optimizer, the record and the loss reduce), rank 0's median
+    wall time as a run's step_time_s is; then the same model's bare step (planning.compute.training_step,
+    no communication) with every rank stepping at once: the compute a rank has when the host's cores are
+    shared, for world sizes beyond this host (when `bare`).  `warmup` steps first, then as many as fit in
+    `budget_s` (decided once for all ranks: every engine step is a collective).  The window is seconds
+    long, as a run's median is: on a shared host the load moves within seconds, and a median of 5 steps
+    (1.5 s) missed a run right after it by 3x at load 10."""
+    import pickle
+
+    import torch
+    import torch.distributed as dist
+
+    from workbench.engine.data import endless
+    from workbench.engine.env import DistEnv
+    from workbench.engine.monitor import RankMonitor
+    from workbench.engine.tasks import build_task
+    from workbench.engine.trainer import Trainer, _due
+    from workbench.planning.compute import training_step
+    from workbench.runfolder.layout import RunDir
+
+    with open(payload, "rb") as fh:  # written by planning.probe into its own mkdtemp folder (mode 0700)
+        cfg, factory = pickle.load(fh)
+    env = DistEnv.from_environ()
+    run = RunDir(Path(tempfile.mkdtemp(prefix="workbench-probe-")))
+    monitor = RankMonitor(run, env.rank, env.world_size).start()
+    monitor.set_state("running")
+    torch.manual_seed(cfg.train.seed)
+    trainer = Trainer(cfg, build_task(factory, dict(cfg.task.options)), env, "cpu", run, monitor)
+    found = endless(trainer.loader, cfg.train.seed, env.rank)
+
+    def engine_step() -> None:
+        trainer.train_step(found)  # collective: the strategy's, the loss reduce
+        if _due(trainer.step, cfg.dist.check_every_steps):
+            trainer.health.check(trainer.step)  # collective: as fit() runs it
+
+    kinds: list[tuple[str, Callable[[], None]]] = [("step_s", engine_step)]
+    if bare:
+        bare_task = build_task(factory, dict(cfg.task.options))
+        kinds.append(("bare_step_s", training_step(cfg, bare_task, bare_task.model, "cpu")))
+    result = {}
+    for name, step in kinds:
+        began = time.perf_counter()
+        for _ in range(warmup):
+            step()
+        each = torch.tensor([(time.perf_counter() - began) / warmup])
+        dist.all_reduce(each, op=dist.ReduceOp.MAX)  # collective: every rank times the same number of steps
+        count = int(min(most, max(least, budget_s / max(float(each), 1e-6))))
+        dist.barrier()  # collective: the ranks start together, as a run's do
+        times = []
+        for _ in range(count):
+            began = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - began)
+        result[name] = statistics.median(times)
+        result[f"{name.removesuffix('_s')}s"] = count
+    return result
+
+
+def main(out: str, settings_json: str, payload: str | None = None) -> None:
     import torch
     import torch.distributed as dist
 
@@ -106,11 +172,14 @@ def main(out: str, settings_json: str) -> None:
     torch.set_num_threads(settings["threads"])
     keep_freed_memory()  # as a rank's worker does
     dist.init_process_group("gloo")  # collective: every probe rank meets here
-    small, large = collective_seconds(SMALL_BYTES), collective_seconds(LARGE_BYTES)
-    overhead = engine_overhead(settings)
+    measured: dict[str, Any]
+    if payload:
+        measured = model_step(payload, settings.get("bare", False))
+    else:
+        small, large = collective_seconds(SMALL_BYTES), collective_seconds(LARGE_BYTES)
+        measured = {"small": [SMALL_BYTES, small], "large": [LARGE_BYTES, large], **engine_overhead(settings)}
     if dist.get_rank() == 0:
-        result = {"world_size": dist.get_world_size(), "small": [SMALL_BYTES, small], "large": [LARGE_BYTES, large],
-                  **overhead, "load": os.getloadavg()[0]}
+        result = {"world_size": dist.get_world_size(), **measured, "load": os.getloadavg()[0]}
         tmp = f"{out}.{os.getpid()}.tmp"
         Path(tmp).write_text(json.dumps(result))
         os.replace(tmp, out)
@@ -120,4 +189,4 @@ def main(out: str, settings_json: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(*sys.argv[1:4])
