@@ -91,7 +91,10 @@ def _run_ranks(world_size: int, settings: dict[str, Any], payload: bytes | None 
         try:
             for rank, log in enumerate(logs):
                 env = {**base, "RANK": str(rank), "LOCAL_RANK": str(rank)}
-                procs.append(subprocess.Popen(command, env=env, cwd=tmp, stdout=subprocess.DEVNULL, stderr=log))
+                # in the submitting process's folder, as a run's ranks start: a factory named by module from
+                # there (`package.module:function`, as from YAML) imports in the probe as in the run
+                procs.append(subprocess.Popen(command, env=env, cwd=os.getcwd(), stdout=subprocess.DEVNULL,
+                                              stderr=log))
             _wait_all(procs, time.monotonic() + TIMEOUT_S)
         finally:
             for p in procs:  # ours: none outlives the probe, on any path
