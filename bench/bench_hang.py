@@ -3,7 +3,7 @@ the seconds from the hang to the user holding the named failure, and what was na
 
     python bench/bench_hang.py SHAPE RUN_ROOT STALL_S
 
-SHAPE: factory | submit_fn | script | pool | collectives | sigstop | lightning | slurm (failure_latency.SHAPES says
+SHAPE: factory | submit_fn | script | pool | collectives | sigstop | lightning | loader | slurm (failure_latency.SHAPES says
 each; slurm needs a cluster: WORKBENCH_SLURM_PARTITION and SLURM's variables).  The hung code notes when it hangs in
 the file BENCH_HANG_MARK names (the ranks inherit the environment); the Lightning script in OUT/hung_at."""
 
@@ -47,6 +47,31 @@ def stuck_task(**options):
         return base(output, target)
 
     task.loss_fn = stuck_loss
+    return task
+
+
+class HangingItems:
+    """A dataset whose items rank 1's DataLoader worker stops giving after 100 (it notes when, and sleeps in
+    __getitem__): the frame that never returns is in the worker process, not the rank."""
+
+    def __init__(self, base, items: int = 100):
+        self.base, self.items, self.given = base, items, 0
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __getitem__(self, index):
+        self.given += 1  # counted in the worker process, where __getitem__ runs
+        if os.environ["RANK"] == "1" and self.given == self.items:
+            _mark()
+            time.sleep(3600)
+        return self.base[index]
+
+
+def loader_task(**options):
+    """The synthetic task with rank 1's DataLoader worker stuck in __getitem__ (data.num_workers 1)."""
+    task = synthetic_classification(**options)
+    task.train_dataset = HangingItems(task.train_dataset)
     return task
 
 
@@ -125,6 +150,8 @@ def main() -> None:
     cfg = config(root, stall_s)
     if shape == "factory":
         seen, said = submitted(workbench.submit(cfg, task=stuck_task))
+    elif shape == "loader":
+        seen, said = submitted(workbench.submit(cfg.replace(data__num_workers=1), task=loader_task))
     elif shape == "sigstop":
         seen, said = sigstop(workbench.submit(cfg))  # the built-in task
     elif shape in ("submit_fn", "collectives"):

@@ -48,7 +48,8 @@ SHAPES = {"factory": "a factory in the submitting file, stuck in its loss",
           "pool": "a warm pool's submit_fn, stuck in Python",
           "collectives": "submit_fn, ranks in different collectives",
           "sigstop": "the built-in task, a rank SIGSTOPped (dist.lost_after_s)",
-          "lightning": "a Lightning Trainer script (submit_script), stuck in training_step"}
+          "lightning": "a Lightning Trainer script (submit_script), stuck in training_step",
+          "loader": "a factory, data.num_workers 1, stuck in its DataLoader worker's __getitem__"}
 SLURM_SHAPE = {"slurm": "a script on SLURM (2 nodes x 1 rank), stuck"}
 SUMMARY = {"torchrun": re.compile(r"Root Cause"), "workbench": re.compile(r"^\[workbench\] rank 1\b.*raised")}
 
