@@ -3,9 +3,10 @@ the seconds from the hang to the user holding the named failure, and what was na
 
     python bench/bench_hang.py SHAPE RUN_ROOT STALL_S
 
-SHAPE: factory | submit_fn | script | pool | collectives | sigstop | lightning | loader | slurm (failure_latency.SHAPES says
-each; slurm needs a cluster: WORKBENCH_SLURM_PARTITION and SLURM's variables).  The hung code notes when it hangs in
-the file BENCH_HANG_MARK names (the ranks inherit the environment); the Lightning script in OUT/hung_at."""
+SHAPE: factory | submit_fn | script | pool | collectives | sigstop | lightning | loader | slurm
+(failure_latency.SHAPES says each; slurm needs a cluster: WORKBENCH_SLURM_PARTITION and SLURM's variables).  The hung
+code notes when it hangs in the file BENCH_HANG_MARK names (the ranks inherit the environment); the Lightning script in
+OUT/hung_at."""
 
 from __future__ import annotations
 
