@@ -25,6 +25,10 @@ bench/failure_latency.py's hang column).  The cells, and why the others take the
 
 On SLURM (tests/slurm/test_slurm_failures.py): a script rank stuck in its loss, two nodes, one rank each.
 
+Collectives of different sizes are no hang on gloo: its own check aborts a rank in native code, named with
+gloo's words and the user's line (test_failure_causes' sizes test); on NCCL they hang, and the recorder's
+size comparison (engine.hang.mismatch) is unit-tested.
+
 A SIGSTOPped rank has no user frame to name (a stopped process runs nothing and was not stalled before): its
 message names the collective the noticing rank waits in and that rank's frame."""
 
