@@ -7,12 +7,12 @@ Hugging Face GPT-2 (transformers, the engine's dict batches), under ddp at 1 and
 (gloo, 1 thread a rank).  Predicted: `workbench.plan(cfg, world_sizes=(n,), strategies=(s,))` (memory
 traced on fake tensors; step time the engine's step of the model measured with the row's ranks stepping
 at once on this host, planning.probe.measured_step, rank 0's median after 5 warm-up steps).
-Measured: ddp's peak by the same tracker on real tensors over two steps (CPU keeps no allocator
-statistics); fsdp2's by torch's FSDPMemTracker (torch.distributed._tools) over two steps of the engine's
-own FSDP2Strategy, optimizer and clip in a real 2-rank gloo run under torchrun (rank 0's); the step time
-is the median step_time_s of a real `workbench.submit` run (steps after the first 10), run right after
-its plan.  Then the 1.34 B-parameter plan: its time and how much the process grew.  The load average is
-printed with every row (other processes share this machine).  Goals (issue 31): memory within 10%,
+Measured: what each real `workbench.submit` run measured itself, read by `run.plan()` as a user would
+(rank 0's): its peak over its first two steps (CPU keeps no allocator statistics: torch's MemTracker on
+the real tensors under ddp, FSDPMemTracker under fsdp2; engine.memprobe) and its median step_time_s
+after the first 5 steps; the prediction is the run's own plan, computed right after it.  Then the
+1.34 B-parameter plan: its time and how much the process grew.  The load average is printed with every
+row (other processes share this machine).  Goals (issue 31): memory within 10%,
 step time within 30%."""
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -98,63 +97,6 @@ def _cfg(task: str, options: dict[str, Any], world: int, steps: int, root: Path,
         "launch": {"run_root": str(root)}})
 
 
-def fsdp2_rank(task: str, options_json: str) -> None:
-    """In each torchrun rank: the engine's FSDP2Strategy, optimizer and clip over the model, two steps under
-    torch's FSDPMemTracker on real tensors; rank 0 prints its peak (MiB) and the categories at it."""
-    import torch
-    import torch.distributed as dist
-    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
-    from torch.utils.data import default_collate
-
-    from workbench.engine.optim import build_optimizer
-    from workbench.engine.strategy import FSDP2Strategy, clip_grad_norm
-    from workbench.engine.tasks import build_task, forward_loss, resolve_factory
-
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo")  # collective: both ranks
-    options = json.loads(options_json)
-    cfg = _cfg(task, options, dist.get_world_size(), 2, Path(tempfile.gettempdir()), "fsdp2")
-    built = build_task(resolve_factory(task), options)
-    strategy = FSDP2Strategy(cfg, built.model, "cpu")
-    optimizer = build_optimizer(strategy.model, cfg.train, cfg.train.lr)
-    batch = default_collate([built.train_dataset[i] for i in range(cfg.train.micro_batch_size)])
-    tracker = FSDPMemTracker(strategy.model, optimizer)
-    with tracker:
-        for _ in range(2):  # the second with the optimizer's state, as every step after the first
-            forward_loss(strategy.model, batch, built.loss_fn)[0].backward()  # collective: gathers, scatters
-            clip_grad_norm(strategy.module, cfg.train.grad_clip_norm or 1.0)  # collective: the norm's all-reduce
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            tracker.reset_mod_stats()
-    peak = {str(getattr(k, "name", k)): v / 2**20 for k, v in tracker.get_tracker_snapshot("peak")[torch.device("cpu")]
-            .items()}
-    if dist.get_rank() == 0:
-        print(json.dumps({"peak_mb": peak["Total"], "at_peak_mb": {k: round(v, 3) for k, v in peak.items() if v}}))
-    dist.destroy_process_group()
-
-
-def fsdp2_peak_mb(task: str, options: dict[str, Any], world: int) -> dict[str, Any]:
-    """FSDPMemTracker's peak of rank 0 in a real `world`-rank gloo run (torchrun, a process group of its own)."""
-    import subprocess
-
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}",
-                           __file__, "--fsdp2-rank", task, json.dumps(options)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=600)
-    if done.returncode:
-        raise RuntimeError(done.stderr[-2000:])
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
-
-
-def measured_step_s(cfg: JobConfig) -> float:
-    run = workbench.submit(cfg)
-    status = run.wait(timeout=900)
-    if status.state != "finished":
-        raise RuntimeError(f"{cfg.task.name}: the run {status.state}: {run.exception()}")
-    frame = run.metrics()
-    times = frame[(frame["rank"] == 0) & (frame["step"] > 10)]["step_time_s"].dropna()
-    return float(statistics.median(times))
-
-
 BILLION = """
 import json, resource, time
 import workbench
@@ -183,28 +125,26 @@ def billion_plan() -> dict[str, Any]:
 
 
 def _case(name: str, strategy: str, world: int, steps: int, root: Path) -> dict[str, Any]:
-    """One row: the plan, then the measured peak and a real run's step time, side by side."""
-    from workbench.engine.tasks import resolve_factory
-    from workbench.planning.memory import MB, step_memory
-
+    """One row: a real `workbench.submit` run, then `run.plan()` on it, as a user checks a run: the plan's
+    prediction for the run (its step probe right after the run) next to what the run's ranks measured."""
     task, options = MODELS[name]
     cfg = _cfg(task, options, world, steps, root, strategy)
-    began = time.perf_counter()
-    planned = workbench.plan(cfg, world_sizes=(world,), strategies=(strategy,))
-    plan_s = time.perf_counter() - began
-    at_peak = None
-    if strategy == "fsdp2":
-        tracked = fsdp2_peak_mb(task, options, world)
-        peak_mb, at_peak = tracked["peak_mb"], tracked["at_peak_mb"]
-    else:
-        peak_mb = step_memory(cfg, resolve_factory(task), "cpu", fake=False).peak / MB
+    run = workbench.submit(cfg)
+    status = run.wait(timeout=900)
+    if status.state != "finished":
+        raise RuntimeError(f"{cfg.task.name}: the run {status.state}: {run.exception()}")
     load = os.getloadavg()[0]
-    step = measured_step_s(cfg)
-    row = planned.iloc[0]
-    return {"model": name, "strategy": strategy, "world_size": world, "predicted_peak_mb": row["peak_mb"],
-            "measured_peak_mb": peak_mb, "peak_ratio": peak_mb / row["peak_mb"], "predicted_step_s": row["step_s"],
-            "measured_step_s": step, "step_ratio": step / row["step_s"], "plan_s": round(plan_s, 2),
-            "load": round(load, 2), "at_peak_mb": at_peak, "notes": planned.attrs["notes"]}
+    began = time.perf_counter()
+    check = run.plan()
+    plan_s = time.perf_counter() - began
+    row = check.iloc[0]  # rank 0
+    how = run.event_summary().memory.get(0, {}).get("how")
+    return {"model": name, "strategy": strategy, "world_size": world, "predicted_peak_mb": row["predicted_peak_mb"],
+            "measured_peak_mb": row["measured_peak_mb"],
+            "peak_ratio": row["measured_peak_mb"] / row["predicted_peak_mb"],
+            "measured_by": how, "predicted_step_s": row["predicted_step_s"], "measured_step_s": row["measured_step_s"],
+            "step_ratio": row["measured_step_s"] / row["predicted_step_s"], "plan_s": round(plan_s, 2),
+            "load": round(load, 2), "misses": check.attrs["misses"], "notes": check.attrs["notes"]}
 
 
 def main() -> None:
@@ -212,11 +152,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated names of MODELS")
-    parser.add_argument("--fsdp2-rank", nargs=2, metavar=("TASK", "OPTIONS_JSON"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.fsdp2_rank:
-        fsdp2_rank(*args.fsdp2_rank)
-        return
     import torch
 
     rows = []

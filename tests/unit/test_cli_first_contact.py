@@ -57,7 +57,9 @@ def test_check_imports_a_named_factory_says_so_and_names_a_missing_attribute(tmp
                                 "check the name after the colon"]
     assert main(["check", QUICKSTART]) == 0
     out, _ = capsys.readouterr()
-    assert out.splitlines() == ["config OK"]  # a built-in task imports nothing
+    said = out.splitlines()  # a built-in task imports nothing; its memory is traced, and it fits
+    assert len(said) == 2 and said[1] == "config OK", said
+    assert said[0].startswith("memory: ") and " MiB a rank at train.micro_batch_size " in said[0], said
 
 
 def test_the_cadence_is_a_round_number_of_steps_giving_about_20_lines():

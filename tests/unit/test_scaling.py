@@ -384,6 +384,18 @@ def test_cli_check_ok(tmp_path, capsys):
     assert "config OK" in capsys.readouterr().out
 
 
+def test_cli_check_says_when_a_ranks_step_does_not_fit_its_device_and_the_ways_out(tmp_path, capsys):
+    path = _write(tmp_path, guide(task={"name": "synthetic", "options": {"dim": 256, "hidden": 2048, "classes": 16}},
+                                  train={"micro_batch_size": 16}, dist={"procs_per_node": 2}))
+    assert main(["check", path, "--device-memory-gb", "0.01"]) == 2  # 10.2 MiB: ddp's 12.5 MiB does not fit
+    err = capsys.readouterr().err
+    assert err.startswith("workbench: train.micro_batch_size: does not fit: world size 2 (ddp): 12.5 MiB a rank > "
+                          "10.2 MiB x 0.85: a smaller model or a larger device (no micro-batch fits), or "
+                          "dist.strategy: fsdp2 ("), err
+    assert main(["check", path, "--device-memory-gb", "0.01", "--no-plan"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["config OK"]
+
+
 def test_cli_check_bad_config(tmp_path, capsys):
     path = tmp_path / "bad.yaml"
     path.write_text("train:\n  micro_batch_size: 0\n  lr: 5e-5\n")

@@ -236,6 +236,12 @@ def cmd_show(args: argparse.Namespace) -> int:
     from workbench.launch.run import Run
 
     run = Run.load(args.run_dir)
+    if args.plan:
+        print("[workbench] predicting the run's peak memory and step time (workbench.plan) ...", flush=True)
+        try:
+            run.plan()  # kept in the run folder: the report below shows it
+        except Exception as exc:  # noqa: BLE001 - the rest of the run still shows; why there is no plan is one line
+            print(f"plan: not predicted ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})")
     status = run.status()
     print(f"run {run.folder}: {status.progress_line()}")
     print(table_for_people(status.frame(), index=False))
@@ -303,8 +309,40 @@ def cmd_check(args: argparse.Namespace) -> int:
             p.startswith("task.name:") for p in problems):  # it is there, but it is not a task factory
         print(f"workbench: warning: task.name: {cfg.task.name} is a function of Python's standard library, not a "
               "task factory; name your own (package.module:factory) or a built-in task", file=sys.stderr, flush=True)
+    if not problems and not args.no_plan:
+        problems += _fit_problems(cfg, args.device_memory_gb)
     if problems:
         raise ConfigError(problems)
     print("config OK")
     return 0
+
+
+def _fit_problems(cfg: Any, device_memory_gb: float | None) -> list[str]:
+    """Whether a rank's training step fits its device (workbench.plan's memory, traced on fake tensors:
+    no step is run): a problem line with the ways out when it does not; what was found is printed."""
+    from workbench.config.devices import visible_gpu_count
+    from workbench.planning.plan import HEADROOM, fit_text, plan
+
+    gpu_job = cfg.launch.executor == "slurm" and cfg.launch.slurm.gpus_per_node > 0
+    here = "cuda" if visible_gpu_count() else "cpu"
+    device = "cuda" if gpu_job or here == "cuda" else "cpu"
+    if device == "cuda" and here == "cpu" and not device_memory_gb:
+        frame = plan(cfg, world_sizes=(cfg.world_size,), probe=False, device="cuda", device_memory_gb=1.0)
+        peak = frame["peak_mb"].iloc[0]
+        if peak == peak:
+            print(f"memory: {peak:,.1f} MiB a rank at train.micro_batch_size {cfg.train.micro_batch_size} (traced); "
+                  "give --device-memory-gb to check it fits the job's GPUs")
+        return []
+    frame = plan(cfg, world_sizes=(cfg.world_size,), probe=False, device=device, device_memory_gb=device_memory_gb)
+    row = frame.iloc[0]
+    if row["fits"] is None or row["fits"] != row["fits"]:
+        print(f"memory: not traced ({frame.attrs['notes'][0].removeprefix('memory: ')})")
+        return []
+    if row["fits"]:
+        print(f"memory: {row['peak_mb']:,.1f} MiB a rank at train.micro_batch_size {cfg.train.micro_batch_size} "
+              f"(traced), within {HEADROOM:g} of {row['device_memory_mb']:,.0f} MiB "
+              f"({'the GPU' if device == 'cuda' else 'this machine shared by a node of ranks'}); "
+              f"up to micro-batch {int(row['max_micro_batch']):,} fits")
+        return []
+    return [f"train.micro_batch_size: does not fit: {line}" for line in fit_text(frame)]
 

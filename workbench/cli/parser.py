@@ -92,6 +92,9 @@ def _parser() -> argparse.ArgumentParser:
 
     show = sub.add_parser("show", help="print a run's status, summary and failure")
     show.add_argument("run_dir")
+    show.add_argument("--plan", action="store_true", help="also predict the run's peak memory and step time "
+                      "(workbench.plan: a few seconds to a minute, kept in the run folder) and check each rank "
+                      "against them (run.plan())")
     show.set_defaults(func=cmd_show)
 
     listing = sub.add_parser("runs", help="list the runs under a folder, newest last (workbench.runs(): status, "
@@ -135,6 +138,11 @@ def _parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check", help="validate a config and print every problem")
     _config_args(check)
+    check.add_argument("--device-memory-gb", type=float, help="the memory of each rank's device (default: this "
+                       "machine's GPU, or its memory shared by a node's ranks); a rank's step that does not fit "
+                       "within 0.85 of it is a problem, with the ways out")
+    check.add_argument("--no-plan", action="store_true", help="skip the memory check (it traces the model on "
+                       "fake tensors: a few seconds)")
     check.set_defaults(func=cmd_check)
 
     config = sub.add_parser("config", help="print the resolved config (defaults, file and --set applied), "

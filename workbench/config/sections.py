@@ -269,6 +269,9 @@ class LogConfig:
     """MLflow tracking URI (empty: MLFLOW_TRACKING_URI or MLflow's default ./mlruns), e.g. file:/path/mlruns."""
     mlflow_experiment: str = "workbench"
     """The MLflow experiment."""
+    measure_memory: bool = True
+    """Measure each rank's peak memory over its first two steps (CUDA: max_memory_allocated; CPU: torch's
+    MemTracker on the real tensors, those two steps slower), which run.plan() checks the plan against."""
 
     def __post_init__(self) -> None:
         _settle(self, "log")

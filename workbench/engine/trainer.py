@@ -31,6 +31,7 @@ from workbench.engine.checkpoint import checkpoint_writer, gather_rng_states, lo
 from workbench.engine.data import eval_loader, resumable_sampler, start_epoch, to_device, train_loader
 from workbench.engine.env import DistEnv
 from workbench.engine.health import HealthCheck, check_shards
+from workbench.engine.memprobe import FirstStepsMemory
 from workbench.engine.monitor import RankMonitor
 from workbench.engine.optim import build_optimizer, build_scheduler
 from workbench.engine.preempt import PreemptionFlag
@@ -106,6 +107,8 @@ class Trainer:
         self.steplog = StepLogger(monitor, env.world_size, device, max_every=STOP_CHECK_EVERY_STEPS)
         self.health = HealthCheck(self.strategy.module, monitor, env, device, cfg.dist.straggler_threshold)
         self.checkpoints = checkpoint_writer(env.is_main, run, t.keep_checkpoints, monitor, self.strategy.sharded)
+        self.memory = FirstStepsMemory(cfg.log.measure_memory, device, self.model, self.optimizer,
+                                       self.strategy.sharded, monitor)
 
     # --- the loop --------------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
@@ -148,13 +151,18 @@ class Trainer:
         return self.summary()
 
     def train_step(self, batches: Iterator[Any]) -> None:
+        with self.memory.step():  # the first two steps' peak memory (engine.memprobe)
+            self._train_step(batches)
+
+    def _train_step(self, batches: Iterator[Any]) -> None:
         self.steplog.poll()
         t0 = time.perf_counter()
         data_time = 0.0
         loss_sum: torch.Tensor | None = None
         for micro in range(self.accum):
             t_data = time.perf_counter()
-            batch = to_device(next(batches), self.device)
+            with self.memory.untracked():
+                batch = to_device(next(batches), self.device)
             data_time += time.perf_counter() - t_data
             # Gradients are reduced only on the last micro-step (ddp: no_sync(); fsdp2: no reduce-scatter).
             with self.strategy.sync(micro == self.accum - 1):

@@ -597,8 +597,25 @@ class Run:
         """Step time split (data, compute, communication) per rank, stragglers, memory imbalance and
         what would help; workbench.results.analysis.format_report(run.report()) prints it."""
         from workbench.results.analysis import report
+        from workbench.launch.plancheck import engine_run, lines, stored_check
 
-        return report(self.metrics(), self._settings(), self.stragglers(), self.event_summary().check_counts())
+        found = report(self.metrics(), self._settings(), self.stragglers(), self.event_summary().check_counts())
+        found["plan"] = lines(stored_check(self), self.world_size) if engine_run(self) else []
+        return found
+
+    def plan(self, probe: bool = True, refresh: bool = False) -> pd.DataFrame:
+        """The plan checked against this run, per rank: predicted_peak_mb, measured_peak_mb, peak_error,
+        predicted_step_s, measured_step_s, step_error (errors: measured / predicted - 1); attrs["misses"]
+        has a line per rank whose peak is more than 10% or step more than 30% off, attrs["notes"] how each
+        prediction was had.  The prediction (workbench.plan for this run's config, factory, world size and
+        strategy) is computed when first asked and kept in the run folder (plan.json; `refresh` computes it
+        again); its step time only once the run has ended, and with `probe` (a few seconds to a minute: it
+        measures the model's step on this host).  Measured: each rank's peak over its first two steps
+        (CUDA's max_memory_allocated; on CPU torch's MemTracker on the real tensors) and its median step
+        time (workbench.launch.plancheck)."""
+        from workbench.launch.plancheck import check
+
+        return check(self, probe, refresh)
 
     def _lost_after_s(self) -> float:
         """The run's dist.lost_after_s, which its ranks' watcher uses too (the default without a config)."""

@@ -155,7 +155,9 @@ def _traced(cfg: JobConfig, factory: Callable[..., Any], device: str, fake: bool
     from torch.utils.data import default_collate
 
     from workbench.engine.data import to_device
+    from workbench.engine.memprobe import tracked_peak
     from workbench.engine.optim import build_optimizer
+    from workbench.engine.strategy import clip_grad_norm
     from workbench.engine.tasks import build_task, forward_loss
     from workbench.planning.fake import fake_tensors
 
@@ -178,7 +180,7 @@ def _traced(cfg: JobConfig, factory: Callable[..., Any], device: str, fake: bool
         tracker.track_external(model, optimizer)
         with tracker:
             loss = forward()
-            activations = _category(tracker, kind, "Activation")
+            activations = tracked_peak(tracker, kind, "Activation")
             del loss
         tracker = MemTracker()
         tracker.track_external(model, optimizer)
@@ -186,32 +188,24 @@ def _traced(cfg: JobConfig, factory: Callable[..., Any], device: str, fake: bool
             for _ in range(2):  # the second step with the optimizer's state, as every step after the first
                 forward().backward()
                 if cfg.train.grad_clip_norm:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip_norm)
+                    clip_grad_norm(model, cfg.train.grad_clip_norm)  # the engine's own (its float64 sums)
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
                 tracker.reset_mod_stats()  # MemTracker refuses a module's second forward otherwise
-        peak = _category(tracker, kind, "Total")
+        peak = tracked_peak(tracker, kind, "Total")
         tracker = MemTracker()
         tracker.track_external(model, optimizer)
         with tracker:  # a third step's forward and backward alone: fsdp2's moments (StepMemory.sharded)
             forward().backward()
-        fwd_bwd = _category(tracker, kind, "Total")
+        fwd_bwd = tracked_peak(tracker, kind, "Total")
         optimizer.zero_grad(set_to_none=True)
         state = sum(t.numel() * t.element_size() for s in optimizer.state.values() for t in s.values()
                     if isinstance(t, torch.Tensor) and t.dim() > 0)
+    sizes = grad_sizes(model)
     buckets = 0 if cfg.dist.gradient_as_bucket_view else grads
     return StepMemory(micro, params, grads, int(state), activations, peak + buckets, traced=True, fwd_bwd_peak=fwd_bwd,
                       samples=_length(task.train_dataset), largest_unit=max(units, default=0), root_only=root,
-                      grad_sizes=grad_sizes(model), unit_sizes=units)
-
-
-def _category(tracker: Any, kind: str, name: str) -> float:
-    """The tracker's peak bytes of a category ("Total", "Activation") on devices of `kind`."""
-    total = 0.0
-    for dev, snap in tracker.get_tracker_snapshot("peak").items():
-        if dev.type == kind:
-            total += sum(v for k, v in snap.items() if str(getattr(k, "value", k)) == name)
-    return total
+                      grad_sizes=sizes, unit_sizes=units)
 
 
 def _weights(model: torch.nn.Module) -> tuple[int, int]:

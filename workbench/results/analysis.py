@@ -248,6 +248,7 @@ def format_report(rep: dict[str, Any]) -> str:
              _memory_line(rep["memory"])]
     lines += [f"during the run, the ranks' live checks saw: {n} {kind if n != 1 else _SINGULAR.get(kind, kind)}"
               for kind, n in rep["events"].items()]
+    lines += rep.get("plan", [])
     if rep["advice"]:
         lines += ["what would help:", *(f"  - {a}" for a in rep["advice"])]
     return "\n".join(lines)

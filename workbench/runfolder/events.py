@@ -26,6 +26,7 @@ SYNC_CHECK = "sync_check"
 SHARD_CHECK = "shard_check"
 STRAGGLER = "straggler"
 WARNING = "warning"
+MEMORY = "memory"
 # --- how a rank stopped (engine.monitor, engine.agent) -------------------------------------------
 STALLED = "stalled"
 HUNG = "hung"
@@ -49,6 +50,8 @@ EVENT_KINDS: dict[str, str] = {
     SYNC_CHECK: "parameters compared across ranks (in_sync, diverged ranks)",
     SHARD_CHECK: "the sampler's shards checked for overlap and coverage",
     STRAGGLER: "a rank's step time exceeded the ranks' median by dist.straggler_threshold",
+    MEMORY: "the rank's peak memory over its first two steps (peak_mb; how: max_memory_allocated on CUDA, torch's "
+            "MemTracker or FSDPMemTracker on CPU), which run.plan() checks the plan against",
     WARNING: "something the user should know (a mirror that failed, set_epoch not called)",
     STALLED: "no step for dist.stall_after_s: the rank's stacks were dumped",
     HUNG: "the rank was stuck outside a collective while others waited in one (where: its user frame)",
@@ -83,6 +86,8 @@ class EventSummary:
     restarts: list[dict[str, Any]] = field(default_factory=list)
     """One restart event per failed attempt that was restarted (launch.max_restarts): which ranks
     failed and how."""
+    memory: dict[int, dict[str, Any]] = field(default_factory=dict)
+    """Each rank's latest memory event (its newest attempt's first two steps: peak_mb, how)."""
     seen: int = 0
     """Records folded so far."""
 
@@ -130,5 +135,7 @@ def _fold_one(summary: EventSummary, record: dict[str, Any]) -> None:
         summary.skipped_checkpoints.append(f"{record.get('path')}: {record.get('reason', '')}")
     elif kind == RESTART:
         summary.restarts.append(record)
+    elif kind == MEMORY and isinstance(record.get("rank"), int):
+        summary.memory[record["rank"]] = record
     elif kind == WARNING and "message" in record:
         summary.warnings.append(f"rank {record.get('rank')}: {record.get('message', '')}")

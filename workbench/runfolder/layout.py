@@ -123,6 +123,11 @@ class RunDir:
         return self.plots / "loss.png"
 
     @property
+    def plan(self) -> Path:
+        """plan.json: what workbench.plan predicted for this run, kept by run.plan() (launch.plancheck)."""
+        return self.root / "plan.json"
+
+    @property
     def payload_pickle(self) -> Path:
         """payload.pkl: what the run executes, beyond what its config says (workbench.runfolder.layout.PAYLOAD)."""
         return payload_file(self.root)

@@ -137,7 +137,8 @@ EVENT = Schema(
     "event", {"event": _text, "rank": _rank},
     {**_TIMED, "step": _whole, "attempt": _whole, "epoch": _whole, "world_size": _whole, "effective_batch": _whole,
      "warmup_steps": _whole, "steps_per_epoch": _whole, "total_steps": _whole, "lr": _number,
-     "device": _text, "message": _text, "in_sync": _flag, "ok": _flag, "first_diverged": _optional(_text),
+     "device": _text, "message": _text, "peak_mb": _optional(_number),
+     "in_sync": _flag, "ok": _flag, "first_diverged": _optional(_text),
      "diverged_ranks": _whole_list, "failed_ranks": _whole_list, "nonfinite_ranks": _whole_list,
      "failures": _anything},  # a restart's cause: the failed attempt's error records
     others=_flat)
