@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import html
+import json
+import threading
 from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
@@ -86,6 +88,14 @@ class ScalingView:
         self.plan = w.Checkbox(value=True, description="memory a rank", indent=False, layout=w.Layout(width="140px"),
                                tooltip="peak memory a rank, traced on fake tensors (workbench.plan), whether it fits "
                                        "in 0.85 of the device's memory, and the largest micro-batch that does")
+        self.speed = w.Checkbox(value=False, description="speed", indent=False, layout=w.Layout(width="80px"),
+                                tooltip="predicted step time, samples/s and epoch time at each world size "
+                                        "(workbench.plan: it measures your model's step on this machine, a few "
+                                        "seconds to a minute, once per model and world sizes)")
+        self._speeds: dict[str, pd.DataFrame | str] = {}
+        """The plan's speed columns (or why there are none) by what they depend on (speed_key)."""
+        self._predicting: str | None = None
+        """The key whose speed a background thread is predicting now."""
         self._plans: dict[str, pd.DataFrame] = {}
         """The plan's memory columns by what they depend on (the task and its options, the micro-batch,
         precision, optimizer, ranks a node): traced once per model shape, not at every change of lr."""
@@ -95,9 +105,10 @@ class ScalingView:
         self.rule.observe(lambda _: self.update(), names="value")
         self.world_sizes.observe(lambda _: self.update(), names="value")
         self.plan.observe(lambda _: self.update(), names="value")
+        self.speed.observe(lambda _: self.update(), names="value")
         self.stale = w.HTML()
         form.observe_problems(lambda _problems: self.update())
-        controls = w.HBox([self.rule, self.world_sizes, self.plan], layout=w.Layout(flex_flow="row wrap"))
+        controls = w.HBox([self.rule, self.world_sizes, self.plan, self.speed], layout=w.Layout(flex_flow="row wrap"))
         self.widget = w.VBox([controls, self.stale, self.table, self.note])
         self.update()
 
@@ -126,14 +137,15 @@ class ScalingView:
         planned = ""
         if self.plan.value:
             self.frame, planned = self._with_memory(cfg, self.frame)
+        if self.speed.value:
+            self.frame, said = self._with_speed(cfg, sizes, self.frame)
+            planned += said
         self.table.value = table_html(self.frame)
         self.note.value = _caption(cfg, self.rule.value) + planned
 
     def _with_memory(self, cfg: JobConfig, frame: pd.DataFrame) -> tuple[pd.DataFrame, str]:
         """The frame with the plan's peak_mb, fits and max_micro_batch (the same at every world size under
         DDP), and a note: what does not fit and the way out, or why there is no plan."""
-        import json
-
         from workbench.planning.plan import fit_text, plan
 
         t = cfg.train
@@ -157,6 +169,55 @@ class ScalingView:
         return frame, (f"<div class='wb-plan' style='{MUTED}'>peak_mb: one rank's peak in MiB, traced on fake "
                        f"tensors (workbench.plan); fits within 0.85 of {row['device_memory_mb']:,.0f} MiB a rank"
                        "</div>")
+
+
+    def _with_speed(self, cfg: JobConfig, sizes: list[int], frame: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+        """The frame with the plan's step_s, samples_per_s and epoch_s by world size, once a background
+        thread has predicted them (the table stays live meanwhile); a note while it works or why not."""
+        all_sizes = sorted(set(sizes) | {cfg.world_size})
+        key = speed_key(cfg, all_sizes)
+        found = self._speeds.get(key)
+        if isinstance(found, pd.DataFrame):
+            frame = frame.merge(found, on="world_size", how="left")
+            return frame, (f"<div class='wb-speed' style='{MUTED}'>step_s, samples_per_s, epoch_s: predicted by "
+                           "workbench.plan (on CPU the engine's step of your model measured with each world size's "
+                           "ranks stepping at once here; beyond a node, modelled); they move with this machine's "
+                           "load</div>")
+        if isinstance(found, str):
+            return frame, _note(found)
+        if self._predicting is None:
+            self._predicting = key
+            threading.Thread(target=self._predict, args=(cfg, all_sizes, key), name="workbench-plan-speed",
+                             daemon=True).start()
+        return frame, (f"<div class='wb-speed wb-busy' style='{MUTED}'>speed: predicting at world sizes "
+                       f"{', '.join(map(str, all_sizes))} (measuring your model's step on this machine; the table "
+                       "stays live meanwhile)</div>")
+
+    def _predict(self, cfg: JobConfig, sizes: list[int], key: str) -> None:
+        from workbench.planning.plan import plan
+
+        try:
+            planned = plan(cfg, world_sizes=sizes)
+            columns = ["world_size", "step_s", "samples_per_s", "epoch_s"]
+            found: pd.DataFrame | str = planned[columns].astype({"world_size": int})
+            if planned["step_s"].isna().all():
+                found = "speed: not predicted (" + "; ".join(
+                    n for n in planned.attrs["notes"] if "not measured" in n)[:300] + ")"
+        except Exception as exc:  # noqa: BLE001 - the table stays; why there is no speed is one line
+            found = f"speed: not predicted ({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''})"
+        self._speeds[key] = found
+        self._predicting = None
+        self.update()  # from this thread: ipywidgets sends the new values to the page
+
+
+def speed_key(cfg: JobConfig, sizes: list[int]) -> str:
+    """What a predicted speed depends on: the task, the batch and step settings, the strategy and its
+    settings, the world sizes; not lr, its schedule or where the run goes."""
+    d = cfg.to_dict()
+    train = {k: v for k, v in d["train"].items() if k in ("micro_batch_size", "grad_accum_steps", "optimizer",
+                                                           "optimizer_kwargs", "grad_clip_norm", "precision",
+                                                           "log_every_steps", "epochs", "max_steps")}
+    return json.dumps([d["task"], d["data"], d["dist"], train, sizes], sort_keys=True, default=str)
 
 
 def _stale(problems: list[str], shown: bool) -> str:
