@@ -90,6 +90,19 @@ def test_an_fsdp2_run_measures_its_sharded_peak_with_fsdpmemtracker(tmp_path):
     assert_nothing_left(run.folder)
 
 
+def test_gradient_accumulation_under_fsdp2_is_measured_and_trains(tmp_path):
+    """torch's FSDPMemTracker raises on a unit's forward after its backward within what it tracks: the
+    next micro-batch of gradient accumulation.  In a rank that failed the run at step 1 (NotImplementedError,
+    "multiple iterative calls"); the probe lets the unit run again and the run trains."""
+    cfg = _cfg(tmp_path, "fsdp2").replace(train__grad_accum_steps=2, train__max_steps=4)
+    run = workbench.submit(cfg, task=wide_mlp)
+    assert run.wait(timeout=240).state == "finished", run.exception()
+    memory = run.event_summary().memory
+    assert sorted(memory) == [0, 1] and all(e["how"] == "FSDPMemTracker" and e["peak_mb"] > 0
+                                            for e in memory.values()), memory
+    assert_nothing_left(run.folder)
+
+
 def test_measuring_memory_can_be_turned_off_and_a_script_run_has_no_plan(tmp_path):
     run = workbench.submit(_cfg(tmp_path, ranks=1, measure_memory=False), task=wide_mlp)
     assert run.wait(timeout=240).state == "finished", run.exception()

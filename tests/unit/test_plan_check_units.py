@@ -113,3 +113,23 @@ def test_ranks_alike_are_one_line_and_without_a_prediction_the_measured_peak_say
     said = lines(_check([bare, {**bare, "rank": 1, "measured_peak_mb": 13.0}], predicted=False), 2)
     assert said == ["peak memory a rank over its first two steps: 12.6 MiB to 13 MiB (tracked tensors; no plan to "
                     "check it against yet: run.plan() or `workbench show RUN --plan` makes one)"]
+
+
+def test_gradient_accumulation_and_a_loss_module_called_twice_are_measured_not_failed():
+    """torch's MemTracker raises on a root module's second forward within what it tracks ("multiple
+    iterative calls"): in a rank that would fail ordinary training, so the probe lets it run again."""
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    opt = torch.optim.AdamW(model.parameters())
+    criterion = torch.nn.MSELoss()
+    monitor = Events()
+    probe = FirstStepsMemory(True, "cpu", model, opt, False, monitor)
+    for _ in range(2):
+        with probe.step():
+            for _micro in range(2):  # grad_accum_steps 2: the model's forward again after a backward
+                out = model(torch.randn(8, 16))
+                (criterion(out, torch.zeros(8, 4)) + criterion(out * 2, torch.ones(8, 4))).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            monitor.step += 1
+    assert len(monitor.written) == 1 and monitor.written[0]["peak_mb"] > 0, monitor.written
+    assert monitor.written[0]["how"] == "MemTracker"

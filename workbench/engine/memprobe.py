@@ -13,6 +13,7 @@ log.measure_memory: false turns it off."""
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -77,11 +78,11 @@ class FirstStepsMemory:
             if self.sharded:
                 from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
 
-                tracker: Any = FSDPMemTracker(self.model, self.optimizer)
+                tracker: Any = _lenient(FSDPMemTracker)(self.model, self.optimizer)
             else:
                 from torch.distributed._tools.mem_tracker import MemTracker
 
-                tracker = MemTracker()
+                tracker = _lenient(MemTracker)()
                 tracker.track_external(self.model, self.optimizer)
             tracker.__enter__()
             return tracker
@@ -95,6 +96,37 @@ class FirstStepsMemory:
         if tracker is None:
             return float(torch.cuda.max_memory_allocated(self.device))
         return tracked_peak(tracker, torch.device(self.device).type, "Total")
+
+
+def _lenient(base: type) -> type:
+    """`base` (torch's MemTracker or FSDPMemTracker) that lets a root module run forward again within what
+    it tracks: torch's raises NotImplementedError there ("multiple iterative calls"), which inside a rank
+    would fail the user's step for what is ordinary training: gradient accumulation's next micro-batch, a
+    loss module called twice.  That module's own statistics start over; the peak, all this reads, is kept."""
+
+    class Lenient(base):
+        def _pre_fw_hook(self, module: Any, inputs: Any) -> None:  # MemTracker's, for every module
+            try:
+                super()._pre_fw_hook(module, inputs)
+            except NotImplementedError:  # raised before it changed anything
+                self.memory_tracking.pop(module, None)
+                super()._pre_fw_hook(module, inputs)
+
+        def _fsdp_state_pre_forward(self, fsdp_mod: Any, orig: Any) -> Any:  # FSDPMemTracker's, per unit
+            inner = super()._fsdp_state_pre_forward(fsdp_mod, orig)
+
+            @functools.wraps(orig)
+            def again(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    return inner(*args, **kwargs)
+                except NotImplementedError:  # raised before it ran FSDP's own pre-forward
+                    self.memory_tracking.pop(fsdp_mod, None)
+                    return inner(*args, **kwargs)
+
+            return again
+
+    Lenient.__name__ = base.__name__  # what the memory event's `how` says
+    return Lenient
 
 
 def tracked_peak(tracker: Any, kind: str, category: str) -> float:

@@ -596,8 +596,8 @@ class Run:
     def report(self) -> dict[str, Any]:
         """Step time split (data, compute, communication) per rank, stragglers, memory imbalance and
         what would help; workbench.results.analysis.format_report(run.report()) prints it."""
-        from workbench.results.analysis import report
         from workbench.launch.plancheck import engine_run, lines, stored_check
+        from workbench.results.analysis import report
 
         found = report(self.metrics(), self._settings(), self.stragglers(), self.event_summary().check_counts())
         found["plan"] = lines(stored_check(self), self.world_size) if engine_run(self) else []
