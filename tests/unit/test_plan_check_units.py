@@ -133,3 +133,29 @@ def test_gradient_accumulation_and_a_loss_module_called_twice_are_measured_not_f
             monitor.step += 1
     assert len(monitor.written) == 1 and monitor.written[0]["peak_mb"] > 0, monitor.written
     assert monitor.written[0]["how"] == "MemTracker"
+
+
+def test_a_tracker_that_fails_as_it_stops_leaves_the_step_done_and_says_why(monkeypatch):
+    """torch's tracker failing on its way out (after a step that ran): the step is not failed by it."""
+    from workbench.engine import memprobe
+
+    lenient = memprobe._lenient
+
+    def breaking(base: type) -> type:
+        class Breaking(lenient(base)):  # type: ignore[misc]
+            def __exit__(self, *exc: object) -> None:
+                super().__exit__(*exc)
+                raise RuntimeError("the tracker broke on its way out")
+
+        return Breaking
+
+    monkeypatch.setattr(memprobe, "_lenient", breaking)
+    model = torch.nn.Linear(4, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    monitor = Events()
+    before = model.weight.detach().clone()
+    _steps(FirstStepsMemory(True, "cpu", model, opt, False, monitor), monitor, model, opt, 3)
+    assert not torch.equal(before, model.weight) and monitor.step == 3
+    assert monitor.written == [{"event": "memory", "peak_mb": None, "how": "not measured",
+                                "why": "RuntimeError: the tracker broke on its way out"}]
+    assert _get_current_dispatch_mode() is None

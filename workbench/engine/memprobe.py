@@ -53,14 +53,30 @@ class FirstStepsMemory:
             yield
         finally:
             self.tracking = False
-            if tracker is not None:
-                tracker.__exit__(None, None, None)
-        self.peak = max(self.peak, self._peak_bytes(tracker))
+            peak = self._finish(tracker)  # never raises: a step that ran is not failed by its measurement
+        if peak is None:
+            return
+        self.peak = max(self.peak, peak)
         self.left -= 1
         if not self.left:
             how = "max_memory_allocated" if self.cuda else type(tracker).__name__
             self.monitor.event(events.MEMORY, peak_mb=self.peak / MB, steps=[self.first_step, self.monitor.step],
                                how=how)
+
+    def _finish(self, tracker: Any) -> float | None:
+        """The step's peak bytes, the tracker left; None when that failed (the event says why)."""
+        try:
+            if tracker is not None:
+                tracker.__exit__(None, None, None)
+            return self._peak_bytes(tracker)
+        except Exception as exc:  # noqa: BLE001 - measuring never fails the run: it says why it did not
+            self._give_up(exc)
+            return None
+
+    def _give_up(self, exc: BaseException) -> None:
+        self.left = 0
+        self.monitor.event(events.MEMORY, peak_mb=None, how="not measured",
+                           why=f"{type(exc).__name__}: {str(exc)[:200]}")
 
     def untracked(self) -> contextlib.AbstractContextManager[Any]:
         """Around fetching a batch: not the step's memory.  The plan traces the step from a batch made before
@@ -87,9 +103,7 @@ class FirstStepsMemory:
             tracker.__enter__()
             return tracker
         except Exception as exc:  # noqa: BLE001 - measuring never fails the run: it says why it did not
-            self.left = 0
-            self.monitor.event(events.MEMORY, peak_mb=None, how="not measured",
-                               why=f"{type(exc).__name__}: {str(exc)[:200]}")
+            self._give_up(exc)
             return None
 
     def _peak_bytes(self, tracker: Any) -> float:
