@@ -64,7 +64,9 @@ def test_plot_and_table_take_the_measurement(bench):
 def test_show_prints_the_report(bench, capsys):
     assert main(["show", bench["run_dir"].iloc[1]]) == 0
     out = capsys.readouterr().out
-    assert "step time per rank" in out and "stragglers:" in out and "memory: peak" in out
+    assert "step time per rank" in out and "stragglers:" in out
+    assert "memory (each rank's process, peak RSS): peak " in out  # on CPU mem_mb is the process's, not the step's
+    assert "peak memory a rank over its first two steps: " in out  # the step's: tracked tensors
 
 
 def test_cli_bench_scaling(tmp_path, capsys):

@@ -601,6 +601,7 @@ class Run:
 
         found = report(self.metrics(), self._settings(), self.stragglers(), self.event_summary().check_counts())
         found["plan"] = lines(stored_check(self), self.world_size) if engine_run(self) else []
+        found["device"] = str((self.event_summary().start or {}).get("device") or "")  # what mem_mb measured
         return found
 
     def plan(self, probe: bool = True, refresh: bool = False) -> pd.DataFrame:

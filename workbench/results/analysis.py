@@ -245,7 +245,7 @@ def format_report(rep: dict[str, Any]) -> str:
              "compute = step - data - comm):", _breakdown_text(b),
              f"throughput: {rep['samples_per_s']:,.0f} samples/s over {rep['world_size']} rank(s)",
              _comm_line(rep), _straggler_line(rep["stragglers"], rep["straggler_threshold"]),
-             _memory_line(rep["memory"])]
+             _memory_line(rep["memory"], rep.get("device", ""))]
     lines += [f"during the run, the ranks' live checks saw: {n} {kind if n != 1 else _SINGULAR.get(kind, kind)}"
               for kind, n in rep["events"].items()]
     lines += rep.get("plan", [])
@@ -287,9 +287,10 @@ def _straggler_line(found: pd.DataFrame, threshold: float) -> str:
     return "stragglers: " + "; ".join(parts)
 
 
-def _memory_line(mem: dict[str, Any]) -> str:
+def _memory_line(mem: dict[str, Any], device: str = "") -> str:
     if not mem["per_rank_mb"]:
         return "memory: not measured"
     flag = " - imbalanced" if mem["ratio"] > MEMORY_IMBALANCE_LIMIT else ""
-    return (f"memory: peak {mem['max_mb']:,.0f} MiB (rank {mem['max_rank']}), lowest {mem['min_mb']:,.0f} MiB "
+    what = {"cpu": " (each rank's process, peak RSS)", "cuda": " (max_memory_allocated)"}.get(device.split(":")[0], "")
+    return (f"memory{what}: peak {mem['max_mb']:,.0f} MiB (rank {mem['max_rank']}), lowest {mem['min_mb']:,.0f} MiB "
             f"(rank {mem['min_rank']}), max/min {mem['ratio']:.2f}{flag}")
