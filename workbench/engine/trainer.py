@@ -151,6 +151,9 @@ class Trainer:
         return self.summary()
 
     def train_step(self, batches: Iterator[Any]) -> None:
+        if not self.memory.left:  # every step after the measured ones: nothing around it
+            self._train_step(batches)
+            return
         with self.memory.step():  # the first two steps' peak memory (engine.memprobe)
             self._train_step(batches)
 
