@@ -117,3 +117,10 @@ def test_measuring_memory_can_be_turned_off_and_a_script_run_has_no_plan(tmp_pat
         own.plan()
     assert own.report()["plan"] == []
     assert_nothing_left(own.folder)
+
+    yours = workbench.submit_fn(abs, -3, cfg=_cfg(tmp_path, ranks=1))  # a function of the user's own
+    assert yours.wait(timeout=120).state == "finished", yours.exception()
+    with pytest.raises(ArgumentError, match=r"ran your own function; the plan models the engine's training step"):
+        yours.plan()
+    assert yours.report()["plan"] == []
+    assert_nothing_left(yours.folder)
