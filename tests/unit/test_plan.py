@@ -117,6 +117,20 @@ def test_bad_arguments_are_one_line_naming_them(kwargs, message):
     assert str(err.value).startswith(message)
 
 
+def test_gradient_accumulation_is_traced_with_the_first_micro_batchs_gradients_held():
+    """A later micro-batch runs with the earlier ones' gradients held: traced as the real step is, and under
+    fsdp2 every unit's gradient stays whole until the step's last micro-batch (nothing reduce-scattered)."""
+    cfg = _cfg("charlm", micro=16, train={"grad_accum_steps": 2})
+    fake = step_memory(cfg, resolve_factory("charlm"), "cpu")
+    real = step_memory(cfg, resolve_factory("charlm"), "cpu", fake=False)
+    assert fake.grad_accum_steps == 2 and fake.peak == pytest.approx(real.peak, rel=0.10)
+    alone = step_memory(cfg.replace(train__grad_accum_steps=1), resolve_factory("charlm"), "cpu")
+    for n in (2, 4):
+        held = (fake.params + fake.optimizer) / n
+        assert fake.sharded(n) >= held + fake.grads + fake.activations, n  # the gradients whole, not 1/n of them
+        assert fake.sharded(n) > alone.sharded(n), n
+
+
 def test_fsdp2_rows_shard_weights_gradients_and_optimizer_state_and_ddp_rows_say_when_fsdp2_fits():
     cfg = _cfg("charlm", micro=4, dist={"procs_per_node": 4})
     frame = plan(cfg, world_sizes=(1, 2, 4), strategies=("ddp", "fsdp2"), probe=False).set_index(

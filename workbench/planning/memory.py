@@ -3,11 +3,12 @@
 The task's own factory builds the model and datasets on fake tensors (planning.fake), the engine's own
 optimizer (engine.optim) is built over it, and torch's MemTracker (torch.distributed._tools) follows two
 training steps as the engine takes them (forward under the config's autocast, backward, clipping, the
-optimizer's step with its state, zero_grad): its peak is the step's peak.  A forward pass alone gives the
-activations.  DDP adds a copy of the gradients for its buckets unless dist.gradient_as_bucket_view (the
-default) makes the gradients views of them.  A factory that cannot be traced (data-dependent shapes,
-custom ops) is built for real instead, and its memory is then its weights, gradients and optimizer state
-only, which the result says."""
+optimizer's step with its state, zero_grad): its peak is the step's peak.  With gradient accumulation a
+step takes two of its micro-batches: the second one runs with the first one's gradients held, as every
+later one does.  A forward pass alone gives the activations.  DDP adds a copy of the gradients for its
+buckets unless dist.gradient_as_bucket_view (the default) makes the gradients views of them.  A factory
+that cannot be traced (data-dependent shapes, custom ops) is built for real instead, and its memory is
+then its weights, gradients and optimizer state only, which the result says."""
 
 from __future__ import annotations
 
@@ -52,6 +53,8 @@ class StepMemory:
     """The bytes of each trainable parameter's gradient, in the model's order (DDP's buckets are cut from it)."""
     unit_sizes: tuple[int, ...] = ()
     """fsdp2: the parameter bytes of each unit fully_shard would make, outermost first."""
+    grad_accum_steps: int = 1
+    """The config's micro-batches a step (train.grad_accum_steps)."""
 
     def sharded(self, world_size: int) -> float:
         """The step's peak under fsdp2 at `world_size` ranks, the largest of three moments (checked against
@@ -63,7 +66,12 @@ class StepMemory:
           unsharded gradient, the reduce-scatter's input (a copy of it) and output (its shard), the root's
           parameters, and at most all the activations (those of the layers backward has still to reach:
           the conv net's convolutions in the root, after its large Linear unit; a bound, not a trace);
-        - the optimizer's step: all of it sharded, its temporaries too."""
+        - the optimizer's step: all of it sharded, its temporaries too;
+        - with gradient accumulation, a later micro-batch's backward: fsdp2 reduces no gradient before the
+          step's last micro-batch (set_requires_gradient_sync(False)), so every unit's gradient is held
+          whole, and the largest parameter's new gradient beside it until autograd adds it in, with two
+          units gathered and the activations (measured: 9.60 MiB for the MLP of tests/ddp/test_plan_check.py
+          at accumulation 2, where the moments above give 8.66)."""
         if world_size <= 1 or self.peak != self.peak:  # one rank, or not traced (nan)
             return self.peak
         n = world_size
@@ -72,7 +80,10 @@ class StepMemory:
         two = sum(sorted(self.unit_sizes)[-2:]) if self.unit_sizes else 2 * unit
         begins = self.fwd_bwd_peak - (self.params + self.grads + self.optimizer) + held + root + two
         scatter = held + (self.grads - unit) / n + (2 + 1 / n) * unit + root + self.activations
-        return max(begins, scatter, self.peak / n)
+        accumulating = 0.0
+        if self.grad_accum_steps > 1:
+            accumulating = held + self.grads + max(self.grad_sizes, default=0) + root + two + self.activations
+        return max(begins, scatter, accumulating, self.peak / n)
 
     @property
     def per_sample(self) -> float:
@@ -114,7 +125,7 @@ def step_memory(cfg: JobConfig, factory: Callable[..., Any], device: str = "cpu"
                       note=f"the step could not be traced on fake tensors ({why}); weights, gradients and "
                            "optimizer state only", samples=_length(task.train_dataset),
                       largest_unit=max(units, default=0), root_only=root, grad_sizes=grad_sizes(task.model),
-                      unit_sizes=units)
+                      unit_sizes=units, grad_accum_steps=cfg.train.grad_accum_steps)
 
 
 def unit_bytes(model: Any, names: list[str]) -> tuple[tuple[int, ...], int]:
@@ -186,12 +197,13 @@ def _traced(cfg: JobConfig, factory: Callable[..., Any], device: str, fake: bool
         tracker.track_external(model, optimizer)
         with tracker:
             for _ in range(2):  # the second step with the optimizer's state, as every step after the first
-                forward().backward()
+                for _ in range(min(cfg.train.grad_accum_steps, 2)):  # a later micro-batch as the second
+                    forward().backward()
+                    tracker.reset_mod_stats()  # MemTracker refuses a module's second forward otherwise
                 if cfg.train.grad_clip_norm:
                     clip_grad_norm(model, cfg.train.grad_clip_norm)  # the engine's own (its float64 sums)
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
-                tracker.reset_mod_stats()  # MemTracker refuses a module's second forward otherwise
         peak = tracked_peak(tracker, kind, "Total")
         tracker = MemTracker()
         tracker.track_external(model, optimizer)
@@ -205,7 +217,7 @@ def _traced(cfg: JobConfig, factory: Callable[..., Any], device: str, fake: bool
     buckets = 0 if cfg.dist.gradient_as_bucket_view else grads
     return StepMemory(micro, params, grads, int(state), activations, peak + buckets, traced=True, fwd_bwd_peak=fwd_bwd,
                       samples=_length(task.train_dataset), largest_unit=max(units, default=0), root_only=root,
-                      grad_sizes=sizes, unit_sizes=units)
+                      grad_sizes=sizes, unit_sizes=units, grad_accum_steps=cfg.train.grad_accum_steps)
 
 
 def _weights(model: torch.nn.Module) -> tuple[int, int]:
