@@ -1,19 +1,20 @@
 """workbench.plan against what runs measure: predicted vs measured peak memory a rank and step time.
 
-    python bench/plan_bench.py [--steps 40] [--json PATH]      (from the repository root; about 10 min here)
+    python bench/plan_bench.py [--steps 40] [--json PATH] [--models A,B] [--cases "ddp x2,fsdp2 x2 accum 2"]
+                                           (from the repository root; about 15 min here for all of them)
 
 Four models at micro-batch 16: the built-in MLP (synthetic) and transformer (charlm), a conv net and a
-Hugging Face GPT-2 (transformers, the engine's dict batches), under ddp at 1 and 2 ranks and fsdp2 at 2
-(gloo, 1 thread a rank).  Predicted: `workbench.plan(cfg, world_sizes=(n,), strategies=(s,))` (memory
-traced on fake tensors; step time the engine's step of the model measured with the row's ranks stepping
-at once on this host, planning.probe.measured_step, rank 0's median after 5 warm-up steps).
-Measured: what each real `workbench.submit` run measured itself, read by `run.plan()` as a user would
-(rank 0's): its peak over its first two steps (CPU keeps no allocator statistics: torch's MemTracker on
-the real tensors under ddp, FSDPMemTracker under fsdp2; engine.memprobe) and its median step_time_s
-after the first 5 steps; the prediction is the run's own plan, computed right after it.  Then the
-1.34 B-parameter plan: its time and how much the process grew.  The load average is printed with every
-row (other processes share this machine).  Goals (issue 31): memory within 10%,
-step time within 30%."""
+Hugging Face GPT-2 (transformers, the engine's dict batches), under ddp at 1 and 2 ranks and fsdp2 at 2,
+and both at 2 ranks with gradient accumulation 2 (gloo, 1 thread a rank).  Predicted:
+`workbench.plan(cfg, world_sizes=(n,), strategies=(s,))` (memory traced on fake tensors; step time the
+engine's step of the model measured with the row's ranks stepping at once on this host,
+planning.probe.measured_step, rank 0's median after 5 warm-up steps).  Measured: what each real
+`workbench.submit` run measured itself, read by `run.plan()` as a user would (rank 0's): its peak over
+its first two steps (CPU keeps no allocator statistics: torch's MemTracker on the real tensors under ddp,
+FSDPMemTracker under fsdp2; engine.memprobe) and its median step_time_s after the first 5 steps; the
+prediction is the run's own plan, computed right after it.  Then the 1.34 B-parameter plan: its time and
+how much the process grew.  The load average is printed with every row (other processes share this
+machine).  Goals (issue 31): memory within 10%, step time within 30%."""
 
 from __future__ import annotations
 
@@ -85,13 +86,16 @@ def gpt2(n_train: int = 2048, block: int = 64) -> Any:
                 val_dataset=_Tokens(32, block, 1000))
 
 
-CASES = (("ddp", 1), ("ddp", 2), ("fsdp2", 2))
+CASES = {"ddp x1": ("ddp", 1, 1), "ddp x2": ("ddp", 2, 1), "fsdp2 x2": ("fsdp2", 2, 1),
+         "ddp x2 accum 2": ("ddp", 2, 2), "fsdp2 x2 accum 2": ("fsdp2", 2, 2)}
+"""Name -> (strategy, world size, grad_accum_steps)."""
 
 
-def _cfg(task: str, options: dict[str, Any], world: int, steps: int, root: Path, strategy: str = "ddp") -> JobConfig:
+def _cfg(task: str, options: dict[str, Any], world: int, steps: int, root: Path, strategy: str = "ddp",
+         accum: int = 1) -> JobConfig:
     return JobConfig.from_dict({
         "task": {"name": task, "options": options},
-        "train": {"micro_batch_size": 16, "max_steps": steps, "eval_every_steps": 10_000,
+        "train": {"micro_batch_size": 16, "grad_accum_steps": accum, "max_steps": steps, "eval_every_steps": 10_000,
                   "checkpoint_every_steps": 10_000, "log_every_steps": 1},
         "dist": {"procs_per_node": world, "threads_per_rank": 1, "check_every_steps": None, "strategy": strategy},
         "launch": {"run_root": str(root)}})
@@ -124,11 +128,11 @@ def billion_plan() -> dict[str, Any]:
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
-def _case(name: str, strategy: str, world: int, steps: int, root: Path) -> dict[str, Any]:
+def _case(name: str, strategy: str, world: int, steps: int, root: Path, accum: int = 1) -> dict[str, Any]:
     """One row: a real `workbench.submit` run, then `run.plan()` on it, as a user checks a run: the plan's
     prediction for the run (its step probe right after the run) next to what the run's ranks measured."""
     task, options = MODELS[name]
-    cfg = _cfg(task, options, world, steps, root, strategy)
+    cfg = _cfg(task, options, world, steps, root, strategy, accum)
     run = workbench.submit(cfg)
     status = run.wait(timeout=900)
     if status.state != "finished":
@@ -139,7 +143,8 @@ def _case(name: str, strategy: str, world: int, steps: int, root: Path) -> dict[
     plan_s = time.perf_counter() - began
     row = check.iloc[0]  # rank 0
     how = run.event_summary().memory.get(0, {}).get("how")
-    return {"model": name, "strategy": strategy, "world_size": world, "predicted_peak_mb": row["predicted_peak_mb"],
+    return {"model": name, "strategy": strategy, "world_size": world, "grad_accum_steps": accum,
+            "predicted_peak_mb": row["predicted_peak_mb"],
             "measured_peak_mb": row["measured_peak_mb"],
             "peak_ratio": row["measured_peak_mb"] / row["predicted_peak_mb"],
             "measured_by": how, "predicted_step_s": row["predicted_step_s"], "measured_step_s": row["measured_step_s"],
@@ -152,6 +157,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated names of MODELS")
+    parser.add_argument("--cases", default=",".join(CASES), help="comma-separated names of CASES")
     args = parser.parse_args()
     import torch
 
@@ -159,9 +165,10 @@ def main() -> None:
     started, load_start = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
-            for strategy, world in CASES:
-                rows.append(r := _case(name, strategy, world, args.steps, Path(tmp)))
-                print(f"{name:>16} {strategy:>5} x{world}: peak {r['predicted_peak_mb']:8.2f} planned, "
+            for case in args.cases.split(","):
+                strategy, world, accum = CASES[case]
+                rows.append(r := _case(name, strategy, world, args.steps, Path(tmp), accum))
+                print(f"{name:>16} {case:>16}: peak {r['predicted_peak_mb']:8.2f} planned, "
                       f"{r['measured_peak_mb']:8.2f} measured (x{r['peak_ratio']:.3f}); step "
                       f"{r['predicted_step_s'] * 1000:7.2f} ms planned, {r['measured_step_s'] * 1000:7.2f} ms measured "
                       f"(x{r['step_ratio']:.2f}); plan {r['plan_s']:.1f} s; load {r['load']:.1f}", flush=True)

@@ -6,7 +6,8 @@ training steps as the engine takes them (forward under the config's autocast, ba
 optimizer's step with its state, zero_grad): its peak is the step's peak.  With gradient accumulation a
 step takes two of its micro-batches: the second one runs with the first one's gradients held, as every
 later one does.  A forward pass alone gives the activations.  DDP adds a copy of the gradients for its
-buckets unless dist.gradient_as_bucket_view (the default) makes the gradients views of them.  A factory
+buckets unless dist.gradient_as_bucket_view (the default) makes the gradients views of them, and with
+accumulation even then, until the last micro-batch copies the gradients into them.  A factory
 that cannot be traced (data-dependent shapes, custom ops) is built for real instead, and its memory is
 then its weights, gradients and optimizer state only, which the result says."""
 
@@ -211,11 +212,27 @@ def _traced(cfg: JobConfig, factory: Callable[..., Any], device: str, fake: bool
             forward().backward()
         fwd_bwd = tracked_peak(tracker, kind, "Total")
         optimizer.zero_grad(set_to_none=True)
+        accumulating = fwd_bwd
+        if cfg.train.grad_accum_steps > 1:  # a later micro-batch's forward and backward, the first's gradients held
+            tracker = MemTracker()
+            tracker.track_external(model, optimizer)
+            with tracker:
+                for _ in range(2):
+                    forward().backward()
+                    tracker.reset_mod_stats()
+            accumulating = tracked_peak(tracker, kind, "Total")
+            optimizer.zero_grad(set_to_none=True)
         state = sum(t.numel() * t.element_size() for s in optimizer.state.values() for t in s.values()
                     if isinstance(t, torch.Tensor) and t.dim() > 0)
     sizes = grad_sizes(model)
-    buckets = 0 if cfg.dist.gradient_as_bucket_view else grads
-    return StepMemory(micro, params, grads, int(state), activations, peak + buckets, traced=True, fwd_bwd_peak=fwd_bwd,
+    if not cfg.dist.gradient_as_bucket_view:
+        peak += grads  # DDP's buckets beside the gradients, all the time
+    elif cfg.train.grad_accum_steps > 1:
+        # zero_grad(set_to_none) leaves DDP's buckets allocated; the micro-batches under no_sync() make gradients
+        # of their own, which the last micro-batch's backward copies into the buckets: two copies until then
+        # (measured 29.93 MiB for bench/plan_bench.py's conv net at accumulation 2, where the step said 25.86)
+        peak = max(peak, accumulating + grads)
+    return StepMemory(micro, params, grads, int(state), activations, peak, traced=True, fwd_bwd_peak=fwd_bwd,
                       samples=_length(task.train_dataset), largest_unit=max(units, default=0), root_only=root,
                       grad_sizes=sizes, unit_sizes=units, grad_accum_steps=cfg.train.grad_accum_steps)
 
