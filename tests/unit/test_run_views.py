@@ -567,6 +567,36 @@ def test_one_refresh_shows_one_snapshot_progress_badges_range_and_curves_agree(t
     assert last["loss/rank 0"] == 1014 and last["loss/rank 1"] == 1010 and max(last.values()) == 1014
 
 
+def test_a_refresh_sends_its_figure_before_the_lines_that_describe_it(tmp_path, monkeypatch):
+    """A draw takes seconds on a loaded machine.  In Chromium, two dashboards at load 6, the first one's
+    lines said "finished · step 128/128" and "step 1 – 128: all data" over a figure that still showed one
+    point of rank 1 (issue 29 item 9): the lines went to the page before the figure they describe.  Now the
+    figure's image is sent first, then the progress line, the badges and the range line."""
+    from ipympl.backend_nbagg import Canvas
+
+    from workbench.ui.dashboard import Dashboard
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    sent: list[str] = []
+    monkeypatch.setattr(Canvas, "send_binary", lambda self, data: sent.append("figure"))
+    run = run_folder(tmp_path, world=2, steps=40)
+    dash = Dashboard(Run.load(run.root), autostart=False)
+    dash.refresh()
+    for name, widget in (("progress", dash.eta), ("badges", dash.badges), ("range", dash.plot.view)):
+        widget.observe(lambda _, name=name: sent.append(name), names="value")
+    for last in (60, 80):  # a full draw (the limits grow), then whatever the next refresh draws
+        for rank in range(2):
+            writer = JsonlWriter(run.metrics(rank))
+            for step in range(last - 19, last + 1):
+                writer.write({"rank": rank, "step": step, "time": time.time(), "loss": 0.05, "lr": 1e-3})
+            writer.close()
+        sent.clear()
+        dash.refresh()
+        assert {"figure", "progress", "badges", "range"} <= set(sent), sent
+        assert sent.index("figure") < min(sent.index(n) for n in ("progress", "badges", "range")), sent
+        assert f"step 1 – {last}: all data" in dash.plot.view.value and f"step {last}" in dash.eta.value
+
+
 def test_two_dashboards_of_one_handle_each_draw_one_snapshot_while_the_files_grow(tmp_path, monkeypatch):
     """Two dashboards open on one Run (issue 29 item 9: the second's range line read step 23 while its
     progress line read 146).  Mid-way through the first one's read, the ranks append records and the

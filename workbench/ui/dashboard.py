@@ -177,16 +177,19 @@ class Dashboard:
     def _apply(self, state: DashboardState) -> None:
         problem = (self._cancel_problem if not state.done else "") or state.scheduler_error
         self.show_scheduler(problem, state.done)  # one line while SLURM does not answer (or refused a cancel)
+        drawn = (state.data.version, state.done)
+        if drawn != self._plot_version:  # the snapshot's own data: the curves end where the badges say
+            # The figure first, then the lines that describe it: a draw takes seconds on a loaded machine, and
+            # lines sent before it stood over the last figure meanwhile ("finished · step 128/128" and "step
+            # 1 – 128" over one point of rank 1, two dashboards in Chromium at load 6)
+            self.plot.show(state.data, state.evals, live=not state.done, total_steps=state.total_steps)
+            self._plot_version = drawn
         self._show_progress(state)
         self.gone.value = gone_html(self.run.folder, time.time(), self._on_pool,  # when this refresh's figures are
                                     state.state if state.done else "")
         self.badges.value = badges_html(state)
         self.health.value = health_html(state.health)
         self.stacks.value = stacks_html(state.stacks)
-        drawn = (state.data.version, state.done)
-        if drawn != self._plot_version:  # the snapshot's own data: the curves end where the badges say
-            self.plot.show(state.data, state.evals, live=not state.done, total_steps=state.total_steps)
-            self._plot_version = drawn
         self._show_failure(state)
         self.restarts.value = restarts_html(state.earlier_failures)
         self._show_log(force=state.done)

@@ -172,7 +172,9 @@ class LiveFigure:
         self._fitting = False
         self.live = True
         self.on_view: Callable[[], None] | None = None
-        """Called whenever the x range shown changes (a zoom, a pan, a refit)."""
+        """Called whenever the x range shown changes (a zoom, a pan, a refit); a refit's after its draw."""
+        self._updating = False
+        self._view_pending = False
         self._new_canvas()
         self.fig.canvas.mpl_connect("draw_event", self._on_draw)  # the figure's registry: kept by a new canvas
 
@@ -209,8 +211,21 @@ class LiveFigure:
     # --- refresh ---------------------------------------------------------------------------------
     def update(self, frame: pd.DataFrame | MetricData | None, evals: pd.DataFrame | None, opts: PlotOptions,
                live: bool = True) -> str:
-        """"full" (everything drawn) or "lines" (the new data only, over the background)."""
-        with self._lock, theme_rc(opts.theme):
+        """"full" (everything drawn) or "lines" (the new data only, over the background).  The range it
+        shows is said (on_view) once the figure is drawn and sent: not over the previous figure."""
+        with self._lock:
+            self._updating = True
+            try:
+                return self._update(frame, evals, opts, live)
+            finally:
+                self._updating = False
+                if self._view_pending:
+                    self._view_pending = False
+                    self._say_view()
+
+    def _update(self, frame: pd.DataFrame | MetricData | None, evals: pd.DataFrame | None, opts: PlotOptions,
+                live: bool) -> str:
+        with theme_rc(opts.theme):
             self._last = (frame, evals, opts, live)
             self.data, self.live = as_data(frame, evals), live
             x = self.data.axis(opts.x)
@@ -313,7 +328,13 @@ class LiveFigure:
 
     # --- limits ----------------------------------------------------------------------------------
     def _view_changed(self, _ax: Any) -> None:
-        if self.on_view is not None and not self._fitting:
+        if not self._fitting:
+            self._say_view()
+
+    def _say_view(self) -> None:
+        if self._updating:
+            self._view_pending = True  # said after the update's draw
+        elif self.on_view is not None:
             self.on_view()
 
     def _fit_limits(self) -> bool:
@@ -323,8 +344,7 @@ class LiveFigure:
             changed = self._refit()
         finally:
             self._fitting = False
-        if self.on_view is not None:
-            self.on_view()
+        self._say_view()
         return changed
 
     def _refit(self) -> bool:
