@@ -36,27 +36,9 @@ from workbench.config import JobConfig  # noqa: E402
 MODELS = {
     "mlp 256-2048": ("synthetic", {"dim": 256, "hidden": 2048, "classes": 16, "n_train": 4096, "n_val": 64}),
     "charlm d128 x2": ("charlm", {"block_size": 64, "d_model": 128, "n_head": 4, "n_layer": 2}),
-    "convnet 3x32x32": ("bench.plan_bench:convnet", {}),
+    "convnet 3x32x32": ("tests.support.tasks_for_tests:conv_net", {"n_train": 2048}),
     "hf gpt2 d128 x2": ("bench.plan_bench:gpt2", {}),
 }
-
-
-def convnet(n_train: int = 2048, n_val: int = 64) -> Any:
-    """A small conv net on random 3x32x32 images, 10 classes."""
-    import torch
-    from torch.utils.data import TensorDataset
-
-    from workbench.engine.tasks import Task
-
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(n_train + n_val, 3, 32, 32, generator=gen)
-    y = torch.randint(0, 10, (n_train + n_val,), generator=gen)
-    model = torch.nn.Sequential(
-        torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-        torch.nn.Conv2d(32, 64, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-        torch.nn.Flatten(), torch.nn.Linear(64 * 8 * 8, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
-    return Task(model=model, train_dataset=TensorDataset(x[:n_train], y[:n_train]),
-                val_dataset=TensorDataset(x[n_train:], y[n_train:]), loss_fn=torch.nn.functional.cross_entropy)
 
 
 class _Tokens:

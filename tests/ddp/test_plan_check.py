@@ -16,6 +16,7 @@ import pytest
 
 import workbench
 from tests.support.lifecycle import assert_nothing_left
+from tests.support.tasks_for_tests import conv_net
 from workbench.config import JobConfig
 from workbench.engine.builtin_tasks import synthetic_classification
 from workbench.errors import ArgumentError
@@ -27,24 +28,6 @@ def wide_mlp(n_train: int = 2048) -> object:
     """A factory as a notebook cell defines one: an MLP whose weights (2 MiB) and AdamW state dominate its
     step's memory, and a TensorDataset whose rows are views of one 2 MiB tensor (not the step's memory)."""
     return synthetic_classification(n_train=n_train, n_val=64, dim=256, hidden=2048, classes=16)
-
-
-def conv_net(n_train: int = 512) -> object:
-    """A conv net whose peak is in its backward (bench/plan_bench.py's): its step holds the most while the
-    gradients are made, where DDP under accumulation keeps two copies of them."""
-    import torch
-    from torch.utils.data import TensorDataset
-
-    from workbench.engine.tasks import Task
-
-    gen = torch.Generator().manual_seed(0)
-    x, y = torch.randn(n_train + 64, 3, 32, 32, generator=gen), torch.randint(0, 10, (n_train + 64,), generator=gen)
-    model = torch.nn.Sequential(
-        torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-        torch.nn.Conv2d(32, 64, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-        torch.nn.Flatten(), torch.nn.Linear(64 * 8 * 8, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
-    return Task(model=model, train_dataset=TensorDataset(x[:n_train], y[:n_train]),
-                val_dataset=TensorDataset(x[n_train:], y[n_train:]), loss_fn=torch.nn.functional.cross_entropy)
 
 
 def _cfg(root: Path, strategy: str = "ddp", ranks: int = 2, **log) -> JobConfig:

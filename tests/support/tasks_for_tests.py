@@ -207,6 +207,23 @@ def billion(layers: int = 20, width: int = 8192, **options) -> Task:
     return task
 
 
+def conv_net(n_train: int = 512, n_val: int = 64) -> Task:
+    """A small conv net on random 3x32x32 images, 10 classes.  Its step's peak is in its backward (where DDP
+    under gradient accumulation holds two copies of the gradients), not in the optimizer's step."""
+    import torch
+    from torch.utils.data import TensorDataset
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(n_train + n_val, 3, 32, 32, generator=gen)
+    y = torch.randint(0, 10, (n_train + n_val,), generator=gen)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(32, 64, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Flatten(), torch.nn.Linear(64 * 8 * 8, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+    return Task(model=model, train_dataset=TensorDataset(x[:n_train], y[:n_train]),
+                val_dataset=TensorDataset(x[n_train:], y[n_train:]), loss_fn=torch.nn.functional.cross_entropy)
+
+
 def noting_listeners(note: str, **options) -> Task:
     """The synthetic task; at its first training call rank 0 writes who listens on MASTER_PORT (the
     rendezvous store: "127.0.0.1", "0.0.0.0", ...) to the JSON file `note`."""

@@ -188,15 +188,17 @@ def _traced(cfg: JobConfig, factory: Callable[..., Any], device: str, fake: bool
             with torch.autocast(kind, dtype=dtype, enabled=dtype is not None):
                 return forward_loss(model, batch, task.loss_fn)[0]
 
-        tracker = MemTracker()
-        tracker.track_external(model, optimizer)
-        with tracker:
+        def tracking() -> MemTracker:
+            """A fresh tracker that counts the model's and the optimizer's tensors from the start."""
+            tracker = MemTracker()
+            tracker.track_external(model, optimizer)
+            return tracker
+
+        with (tracker := tracking()):
             loss = forward()
             activations = tracked_peak(tracker, kind, "Activation")
             del loss
-        tracker = MemTracker()
-        tracker.track_external(model, optimizer)
-        with tracker:
+        with (tracker := tracking()):
             for _ in range(2):  # the second step with the optimizer's state, as every step after the first
                 for _ in range(min(cfg.train.grad_accum_steps, 2)):  # a later micro-batch as the second
                     forward().backward()
@@ -206,17 +208,13 @@ def _traced(cfg: JobConfig, factory: Callable[..., Any], device: str, fake: bool
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
         peak = tracked_peak(tracker, kind, "Total")
-        tracker = MemTracker()
-        tracker.track_external(model, optimizer)
-        with tracker:  # a third step's forward and backward alone: fsdp2's moments (StepMemory.sharded)
+        with (tracker := tracking()):  # a third step's forward and backward alone: fsdp2's moments (StepMemory.sharded)
             forward().backward()
         fwd_bwd = tracked_peak(tracker, kind, "Total")
         optimizer.zero_grad(set_to_none=True)
         accumulating = fwd_bwd
         if cfg.train.grad_accum_steps > 1:  # a later micro-batch's forward and backward, the first's gradients held
-            tracker = MemTracker()
-            tracker.track_external(model, optimizer)
-            with tracker:
+            with (tracker := tracking()):
                 for _ in range(2):
                     forward().backward()
                     tracker.reset_mod_stats()
