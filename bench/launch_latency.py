@@ -1,6 +1,8 @@
 """Launch latency: from submit to the first logged training step, 2 ranks on CPU, same job.
 
     workbench.submit(cfg)            -> first record in metrics/rank0.jsonl
+    (and, apart: how long a fresh interpreter's first submit() call takes to return, its imports
+    included: what a new kernel's first cell pays before the ranks start)
     raw submitit (LocalExecutor)     -> a hand-written DDP loop's first step
     torchrun --standalone            -> the same hand-written loop's first step
 
@@ -44,6 +46,26 @@ def workbench_latency(root: str) -> float:
     return first - start
 
 
+FIRST_SUBMIT = """
+import sys, time, workbench
+from workbench.config import JobConfig
+cfg = JobConfig.from_dict({"task": {"name": "synthetic", "options": {"n_train": 4096}},
+                           "train": {"micro_batch_size": 32, "max_steps": 5},
+                           "dist": {"procs_per_node": 2}, "launch": {"run_root": sys.argv[1], "time_limit": "10"}})
+start = time.perf_counter()
+run = workbench.submit(cfg)
+print(time.perf_counter() - start)
+run.wait(timeout=120)
+"""
+
+
+def first_submit_call(root: str) -> float:
+    """Seconds a fresh interpreter's first workbench.submit(cfg) takes to return (`import workbench` paid)."""
+    out = subprocess.run([sys.executable, "-c", FIRST_SUBMIT, root], capture_output=True, text=True,
+                         check=True, timeout=300)
+    return float(out.stdout.split()[0])
+
+
 def _hand_loop_in_task(port: int, out: str) -> None:
     env = submitit.JobEnvironment()
     os.environ.update(RANK=str(env.global_rank), LOCAL_RANK=str(env.local_rank), WORLD_SIZE=str(env.num_tasks),
@@ -84,6 +106,9 @@ def main() -> None:
             results["raw submitit"].append(submitit_latency(root))
             results["torchrun --standalone"].append(torchrun_latency(root))
             print(f"round {i + 1}: " + "  ".join(f"{k} {v[-1]:.2f} s" for k, v in results.items()), flush=True)
+        first = [first_submit_call(root) for _ in range(args.rounds)]
+    print(f"first submit() call in a fresh interpreter: median {statistics.median(first):.2f} s "
+          f"(rounds {', '.join(f'{x:.2f}' for x in first)})")
     med = {k: statistics.median(v) for k, v in results.items()}
     for name, value in med.items():
         print(f"{name:24s} median {value:.2f} s")

@@ -145,6 +145,19 @@ def test_cli_run_prints_per_rank_results_and_fails_on_bad_config(tmp_path):
     assert bad.returncode == 2 and "train.lr" in bad.stderr
 
 
+def test_a_fresh_kernels_first_submit_of_a_config_does_not_import_torch(tmp_path):
+    """Notebook 01's shape: a config, no factory.  On a machine with no GPU the submitting process
+    learns "no GPUs" and "a fresh run folder" without torch's import (2-3 s of a first submit)."""
+    cfg = _cfg(tmp_path, max_steps=3, checkpoint_every_steps=None)
+    cfg.to_yaml(tmp_path / "job.yaml")
+    code = (f"import sys, workbench; cfg = workbench.JobConfig.from_yaml({str(tmp_path / 'job.yaml')!r}); "
+            "run = workbench.submit(cfg); print('torch' in sys.modules); run.wait(timeout=150); "
+            "print(run.status().state, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=200)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["False", "finished", "False"], out.stdout + out.stderr[-3000:]
+
+
 def test_preemption_signal_checkpoints_requeues_and_resumes_with_continuous_steps(tmp_path):
     import signal
 

@@ -448,3 +448,25 @@ def test_missing_config_file_is_a_clear_cli_error(tmp_path, capsys):
 
     assert main(["check", str(tmp_path / "missing.yaml")]) == 2
     assert "missing.yaml" in capsys.readouterr().err
+
+
+def test_gpus_are_counted_without_torch_only_where_no_device_node_could_hold_one(tmp_path, monkeypatch):
+    """A machine with no GPU device node answers 0 without importing torch; a node present, a
+    process that has torch already, or another system asks torch."""
+    import sys
+
+    from workbench.config import devices
+
+    node = tmp_path / "nvidia0"
+    absent = (str(tmp_path / "nvidia[0-9]*"), str(tmp_path / "kfd"))
+    monkeypatch.delitem(sys.modules, "torch", raising=False)  # put back after the test
+    monkeypatch.setattr(sys, "platform", "linux")
+    assert devices.no_device_nodes(absent)
+    node.touch()
+    assert not devices.no_device_nodes(absent)  # a GPU may be there: torch is asked
+    node.unlink()
+    monkeypatch.setattr(sys, "platform", "win32")
+    assert not devices.no_device_nodes(absent)  # no /dev to look at
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setitem(sys.modules, "torch", object())
+    assert not devices.no_device_nodes(absent)  # torch is here: asking it costs nothing

@@ -101,10 +101,13 @@ def _train(cfg: JobConfig, env: DistEnv, device: str, run: RunDir, monitor: Rank
 def continue_at(cfg: JobConfig, run: RunDir, world_size: int) -> tuple[JobConfig, str]:
     """The config a run continues with at this world size, and what changed ("" if nothing): from
     the newest checkpoint's world size and config (workbench.config.scaling.resize)."""
+    found = run.checkpoint_files()
+    if not found:
+        return cfg, ""  # a fresh run: nothing to read, and no torch to import in a submitting process
     from workbench.config.scaling import resize
-    from workbench.engine.checkpoint import list_checkpoints, peek_checkpoint
+    from workbench.engine.checkpoint import peek_checkpoint
 
-    for path in reversed(list_checkpoints(run)):
+    for path in reversed(found):
         try:
             state = peek_checkpoint(path)
             old = JobConfig.from_dict(state["config"])
