@@ -8,8 +8,9 @@ import glob
 import os
 import sys
 
-GPU_NODES = ("/dev/nvidia[0-9]*", "/dev/kfd", "/dev/dxg")
-"""Where a GPU shows itself on Linux: NVIDIA's devices, ROCm's kernel driver, WSL2's GPU bridge."""
+GPU_NODES = ("/dev/nvidia*", "/dev/nvhost-*", "/dev/nvmap", "/dev/kfd", "/dev/dxg")
+"""Where a GPU shows itself on Linux: NVIDIA's driver (any of its nodes, so that a loaded driver is
+always asked), Jetson's (Tegra), ROCm's kernel driver, WSL2's GPU bridge."""
 XPU_NODES = ("/dev/dri/renderD*",)
 """Intel GPUs (and other render devices): present, torch is asked."""
 
