@@ -55,6 +55,8 @@ def test_every_lr_a_table_shows_says_which_lr_it_is(tmp_path):
     assert ">train.lr (base)</th>" in trials
     scaling = table_html(scaling_table(JobConfig(), (1, 2)))
     assert "title='train.lr scaled by the rule to this row&#x27;s effective batch'" in scaling
+    big = scaling_table(JobConfig(), (1, 2)).assign(max_micro_batch=[20_981_033, 512])
+    assert ">20,981,033</td>" in table_html(big) and ">512</td>" in table_html(big)  # large counts grouped
 
 
 def test_config_diff_headers_name_each_run_whole_wrapped_after_a_dash():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import json
+import numbers
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -70,6 +71,8 @@ def _cell(column: str, value: Any) -> str:
         return f"{float(value):.0%}"
     if isinstance(value, float):
         return f"{value:.4g}"
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and abs(int(value)) >= 10_000:
+        return f"{int(value):,}"  # a plan's max_micro_batch of a small model: 20,981,033, not 20981033
     return html.escape(str(value))
 
 
