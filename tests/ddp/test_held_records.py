@@ -108,3 +108,47 @@ def test_a_peer_failure_seen_by_the_heartbeat_writes_the_held_records(tmp_path):
     # steps 1 and 2 were reduced alone; 3..12 went into step 12's reduce, which rank 1 never joined
     assert [r["step"] for r in records if "loss_reduced" in r] == [1, 2]
     assert all(r["loss_reduced"] == pytest.approx(r["step"]) for r in records if "loss_reduced" in r)
+
+
+# --- a cancel landing while a completed reduce's records are being written --------------------------
+def _cancelled_while_writing(port: int, folder: str) -> None:
+    os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    import torch.distributed as dist
+
+    from workbench.engine.monitor import RankMonitor
+    from workbench.engine.steplog import StepLogger
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    monitor = RankMonitor(RunDir(folder), 0, 1).start()
+    logger = StepLogger(monitor, world_size=1, device="cpu", max_every=10, every_s=3600.0)
+    write = monitor.log_metrics
+
+    def interrupted_once(record):  # SIGTERM's KeyboardInterrupt, raised where a signal can land
+        if record["step"] == 3 and not getattr(interrupted_once, "done", False):
+            interrupted_once.done = True
+            raise KeyboardInterrupt("SIGTERM")
+        write(record)
+
+    monitor.log_metrics = interrupted_once
+    try:
+        for step in range(1, 26):  # steps 3..12 go into step 12's reduce, written at step 22's
+            logger.poll = lambda: None  # only flush writes: the moment under test comes at step 22
+            logger.end_step(step, {"rank": 0, "step": step, "loss": None}, torch.tensor(float(step)), stop=False)
+    except KeyboardInterrupt:
+        logger.write_held()  # what every early end calls (RankMonitor.close)
+    monitor.metrics.close()
+    dist.destroy_process_group()
+
+
+def test_a_cancel_while_a_reduces_records_are_written_loses_none_of_them(tmp_path):
+    """Found by CI: a cancelled run's rank 0 lacked steps 52-58 (its 59 written). The flush that writes
+    a completed reduce's records let go of them before writing them, so a SIGTERM landing there left
+    write_held nothing to write."""
+    ctx = mp.get_context("spawn")
+    proc = ctx.Process(target=_cancelled_while_writing, args=(free_port(), str(tmp_path)))
+    proc.start()
+    proc.join(timeout=120)
+    assert proc.exitcode == 0
+    steps = [json.loads(line)["step"] for line in RunDir(tmp_path).metrics(0).read_text().splitlines()]
+    assert sorted(steps) == list(range(1, 22)), steps

@@ -120,9 +120,9 @@ class StepLogger:
             values = pending.reduced.tolist()  # a host sync point on GPU: one per reduce
         with self._lock:
             if self._pending is pending:
-                self._pending = None
                 _fill(pending.records, pending.local.tolist(), values, self.world_size)
-                self._write(pending.records)
+                self._write(pending.records)  # a signal (cancel) meanwhile leaves the rest to write_held
+                self._pending = None  # only now: dropped before, a SIGTERM in _fill lost the records
         stop, elapsed = values[-2], values[-1]  # the ranks' summed seconds over `steps` steps
         self._stop_seen = self._stop_seen or stop > 0
         if pending.steps:
