@@ -1,16 +1,16 @@
 """Launch latency: from submit to the first logged training step, 2 ranks on CPU, same job.
 
     workbench.submit(cfg)            -> first record in metrics/rank0.jsonl
+    raw submitit (LocalExecutor)     -> a hand-written DDP loop's first step
+    torchrun --standalone            -> the same hand-written loop's first step
+
+Rounds alternate the three so they share the machine's load; medians are reported.
 
 Every launch above is a warm one (the submitting process paid its imports in an uncounted launch).
 A new kernel's first launch also pays what the submitting process imports: `--fresh` rounds start
 each launch from a new interpreter (`import time` first; this module's imports, submitit and
 workbench, count for both) and report seconds from the interpreter's first line to the first step,
 and how long workbench.submit's first call takes to return.
-    raw submitit (LocalExecutor)     -> a hand-written DDP loop's first step
-    torchrun --standalone            -> the same hand-written loop's first step
-
-Rounds alternate the three so they share the machine's load; medians are reported.
 
     python bench/launch_latency.py [--rounds 5] [--fresh]
 """
