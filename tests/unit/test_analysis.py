@@ -75,6 +75,24 @@ def test_straggler_flagged_at_30_percent_not_at_5(comm):
     assert len(analysis.stragglers(_frame([0.10, 0.105], comm_s=comm), threshold=0.15)) == 0
 
 
+def test_a_ranks_own_work_is_the_median_of_its_steps_work_not_its_median_step_less_its_median_wait():
+    """Jittery steps (a loaded machine): both ranks work 2 ms in most steps and the step times are the
+    same on both, as DDP's all-reduce makes them.  Rank 0's median step (11 ms) less its median wait
+    (6 ms) is 5 ms, which flagged it 150% slower (seen in notebook 01's run: 4.0 ms against 1.9); the
+    median of its steps' own work is 2 ms, as its live check keeps it."""
+    ms = 1e-3
+    steps = [11, 14, 11, 8, 7]
+    own = {0: [2, 8, 2, 8, 1], 1: [2, 2, 2, 2, 2]}
+    frame = pd.DataFrame([{"rank": rank, "step": i + 1, "step_time_s": steps[i] * ms,
+                           "comm_wait_s": (steps[i] - work[i]) * ms, "data_time_s": 0.0}
+                          for rank, work in own.items() for i in range(len(steps))])
+    assert len(analysis.stragglers(frame, threshold=0.2, skip_steps=0)) == 0
+    slowed = frame.assign(comm_wait_s=lambda f: f["comm_wait_s"] - (f["rank"] == 0) * 1 * ms)  # rank 0: 3 ms
+    slow = analysis.stragglers(slowed, threshold=0.2, skip_steps=0)
+    assert slow["rank"].tolist() == [0] and slow["own_time_s"].iloc[0] == pytest.approx(3 * ms)
+    assert slow["slower_by"].iloc[0] == pytest.approx(0.5)
+
+
 def test_straggler_among_four_ranks_is_compared_with_the_others():
     slow = analysis.stragglers(_frame([0.10, 0.10, 0.10, 0.13], comm_s=0.01), threshold=0.15)
     assert slow["rank"].tolist() == [3] and slow["others_median_s"].iloc[0] == pytest.approx(0.10)

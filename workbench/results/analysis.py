@@ -89,17 +89,21 @@ def communication_share(breakdown: pd.DataFrame) -> float:
 def stragglers(frame: pd.DataFrame, threshold: float, skip_steps: int = SKIP_STEPS) -> pd.DataFrame:
     """Ranks whose own work per step exceeds the median of the other ranks by more than `threshold`.
 
-    A rank's own work is its median step time minus its all-reduce wait (data + compute).  DDP's
-    all-reduce synchronises the ranks, so whole step times come out nearly equal: the fast ranks
-    absorb a straggler's delay as communication wait.  Without comm_wait_s the step time is used
-    (basis "step time").  The reference is the median of the *other* ranks, so that with 2 ranks a
+    A rank's own work is the median over its steps of each step's time minus that step's all-reduce
+    wait (data + compute), as each rank's live check keeps it: not the median step time minus the
+    median wait, which on jittery steps is neither (a rank working 1.9 ms a step came out at 4.0
+    ms).  DDP's all-reduce synchronises the ranks, so whole step times come out nearly equal: the
+    fast ranks absorb a straggler's delay as communication wait.  Without comm_wait_s the step time
+    is used (basis "step time").  The reference is the median of the *other* ranks, so that with 2 ranks a
     30% slower rank is flagged (the median of both would sit halfway).  slower_by is a fraction;
     step_share is the extra time as a share of the step: what the other ranks lose waiting for it."""
     b = step_breakdown(frame, skip_steps)
     if len(b) < 2:
         return pd.DataFrame(columns=STRAGGLER_COLUMNS)
     measured = b["comm_wait_s"].notna().all()
-    own = (b["step_time_s"] - b["comm_wait_s"]) if measured else b["step_time_s"]
+    data = steady(frame, skip_steps)
+    per_step = _column(data, "step_time_s") - (_column(data, "comm_wait_s") if measured else 0.0)
+    own = per_step.groupby(data["rank"].astype(int)).median().reindex(b["rank"].astype(int))
     rows = []
     for i, (others, slower_by) in slower_than_others(own.tolist(), threshold).items():
         extra = (float(own.iloc[i]) - others) / float(b["step_time_s"].median())
