@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -63,6 +64,24 @@ def test_resume_after_a_crash_reproduces_the_uninterrupted_losses(tmp_path, fini
     assert list(got.index) == list(want.index)
     assert (got - want).abs().max() == 0.0, "resumed losses must equal the uninterrupted run's"
     assert "resume" in set(resumed.events()["event"])
+
+
+def test_a_finished_run_continued_to_more_steps_trains_its_next_step_on_the_longer_schedule(tmp_path, finished_run):
+    """max_steps 40 -> 46 on a copy of the finished run: the cosine decay is now longer, so step 41 trains
+    at the new schedule's lr.  The checkpoint's optimizer held the old schedule's lr for step 41, the end
+    of its decay (0): that step trained at lr 0 and only step 42 was on the new schedule."""
+    from workbench.engine.optim import lr_factor
+
+    copy = tmp_path / "copy"
+    shutil.copytree(finished_run.folder, copy)
+    longer = workbench.submit(_cfg(tmp_path, max_steps=46), run_dir=copy)
+    assert longer.wait(timeout=180).state == "finished", longer.exception()
+    lrs = longer.metrics().query("rank == 0 and step > 40").set_index("step")["lr"]
+    start = longer.events().query("event == 'start' and rank == 0").sort_values("time").iloc[-1]
+    assert (start["total_steps"], start["lr"], start["warmup_steps"]) == (46, 2e-2, 10)  # scaled: 2 ranks
+    factor = lr_factor("cosine", 10, 46, 0.0)
+    assert lrs.tolist() == pytest.approx([2e-2 * factor(step - 1) for step in range(41, 47)], rel=1e-6)
+    assert lrs[41] > 1e-5, "step 41 trained at the old schedule's last lr"
 
 
 def test_early_stop_stops_every_rank_at_the_same_step(tmp_path):

@@ -184,7 +184,7 @@ class Trainer:
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
-        lr = float(self.scheduler.get_last_lr()[0])
+        lr = float(self.optimizer.param_groups[0]["lr"])  # the lr this step trained with
         self.scheduler.step()
         self.step += 1
         self.monitor.step = self.step
@@ -326,8 +326,9 @@ class Trainer:
         self.micro_in_epoch = self._micro_after(state, old_world)
         if old_world == self.env.world_size:
             set_rng_state(state["rng"][self.env.rank])
-        else:
-            self._rescale_after_resume()
+        elif self.resized:
+            self.monitor.event(events.RESCALE, message=self.resized)
+        self._schedule_from_config()
         self.monitor.event(events.RESUME, path=str(path), epoch=self.epoch, from_world_size=old_world,
                            from_strategy=state.get("strategy", "ddp"))
         return True
@@ -347,14 +348,17 @@ class Trainer:
         step_samples = effective_batch(self.cfg.train.micro_batch_size, self.accum, self.env.world_size)
         return samples // step_samples * self.accum
 
-    def _rescale_after_resume(self) -> None:
-        """Another world size: lr and warmup as this config scales them (the same when the effective
-        batch was kept); the epoch goes on from its global sample position."""
-        for group in self.optimizer.param_groups:
-            group["initial_lr"] = self.scale.lr
-        self.scheduler.base_lrs = [self.scale.lr for _ in self.optimizer.param_groups]
-        if self.resized:
-            self.monitor.event(events.RESCALE, message=self.resized)
+    def _schedule_from_config(self) -> None:
+        """The lr schedule of this config from the resumed step on: its peak lr (rescaled at another
+        world size) and its length and warmup (max_steps raised, say).  The checkpoint's optimizer
+        holds the lr the old schedule gave the next step (0 at the end of a decay that is now
+        longer), so the next step's lr is computed again; a resume with the same config gets the
+        same value, bit for bit.  The epoch goes on from its global sample position."""
+        scheduler = self.scheduler
+        scheduler.base_lrs = [self.scale.lr for _ in self.optimizer.param_groups]
+        for group, base, factor in zip(self.optimizer.param_groups, scheduler.base_lrs, scheduler.lr_lambdas):
+            group["initial_lr"] = base
+            group["lr"] = base * factor(scheduler.last_epoch)
 
     # --- reporting -------------------------------------------------------------------------------
     def _start_event(self) -> None:
