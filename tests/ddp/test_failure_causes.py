@@ -23,6 +23,7 @@ from tests.support import SCRIPTS
 from tests.support.lifecycle import (
     CLI,
     ENDLESS,
+    as_from_a_terminal,
     assert_nothing_left,
     cfg,
     report,
@@ -52,6 +53,28 @@ def _folder(out: str) -> Path:
 def _no_workbench_frames(text: str) -> None:
     shown = [frame for frame in ENGINE_FRAMES if frame in text]
     assert not shown, f"workbench's own frames reached the user ({shown}):\n{text}"
+
+
+def test_ctrl_c_on_a_script_that_saves_on_sigterm_and_exits_0_is_a_cancel_and_its_last_lines_show(tmp_path):
+    """The script's own SIGTERM handler saves and exits 0 (preemption handling): the run was still
+    stopped by the user, so it is cancelled, not finished; and what the ranks printed while stopping
+    reaches the terminal, not only the rank logs."""
+    proc = _launch(tmp_path, "graceful", "x", preexec_fn=as_from_a_terminal)
+    seen = []
+    while not any("ready" in line for line in seen):
+        line = proc.stdout.readline()
+        assert line, (seen, proc.stderr.read())
+        seen.append(line)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    out = "".join(seen) + out
+    folder = _folder(out)
+    assert proc.returncode == 130, (out, err)
+    assert "[rank 0] rank 0 checkpoint saved" in out, out[-2000:]  # rank 0's output is shown by default
+    status = workbench.Run.load(folder).status()
+    assert status.state == "cancelled", status
+    assert "finished" not in out.splitlines()[-1], out[-500:]
+    assert_nothing_left(folder)
 
 
 def test_a_failing_script_under_launch_names_the_rank_at_once_in_its_own_frames(tmp_path):

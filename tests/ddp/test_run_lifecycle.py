@@ -20,6 +20,7 @@ from tests.support.lifecycle import (
     CLI,
     ENDLESS,
     OPTIONS,
+    as_from_a_terminal,
     assert_nothing_left,
     cfg,
     checkpoint_steps,
@@ -108,21 +109,12 @@ def test_a_stopped_rank_is_named_lost_and_killed_with_the_run(tmp_path):
     assert_nothing_left(run.folder)
 
 
-def _as_from_a_terminal() -> None:
-    """The CLI's stop signals as a shell in a terminal leaves them: a suite started under `nohup` (as a
-    background CI job may be) passes SIGHUP ignored to every child, and the CLI then rightly leaves SIGHUP
-    alone (`nohup workbench run` survives the terminal: tests/unit/test_owner.py), so its SIGHUP case
-    waited out its timeout."""
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)
-
-
 def _start_cli(tmp_path, *extra):
     path = tmp_path / "job.yaml"
     slow_task_cfg(tmp_path, 0.03, **ENDLESS, checkpoint_every_steps=10).to_yaml(path)
     proc = subprocess.Popen([*CLI, "run", str(path), "--quiet", *extra], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            preexec_fn=_as_from_a_terminal)
+                            preexec_fn=as_from_a_terminal)
     line = proc.stdout.readline()
     assert "run folder:" in line, (line, proc.stderr.read() if proc.poll() is not None else "")
     return proc, __import__("pathlib").Path(line.split("run folder:")[1].strip())

@@ -4,6 +4,7 @@ waiting for a step, and reporting the time from a fault to what the user sees.""
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -120,3 +121,12 @@ def checkpoint_steps(folder: Path) -> list[int]:
     for path in sorted((folder / "checkpoints").glob("step-*.pt")):
         steps.append(int(torch.load(path, map_location="cpu", weights_only=False)["step"]))
     return steps
+
+
+def as_from_a_terminal() -> None:
+    """The CLI's stop signals as a shell in a terminal leaves them: a suite started under `nohup` (as a
+    background CI job may be) passes SIGHUP ignored to every child, and the CLI then rightly leaves SIGHUP
+    alone (`nohup workbench run` survives the terminal: tests/unit/test_owner.py), so its SIGHUP case
+    waited out its timeout."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)

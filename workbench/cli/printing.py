@@ -39,6 +39,8 @@ def follow(run: Any, quiet: bool = False, owned: bool = False, ranks: str | None
             print(f"\n[workbench] stopped following; the run goes on (workbench cancel {run.folder} stops it)")
             return 128 + stop.signum
         status = cancel_owned(run, stop.args[0])
+        with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP)
+            printer(run, final=True)  # what the ranks printed while they stopped (a save on SIGTERM)
         _say_end(run, status)
         return 128 + stop.signum
     except BaseException:

@@ -161,6 +161,10 @@ def user_code(run_dir: str, rank: int, attempt: int, job: ScriptPayload | FnPayl
         monitor.event(events.START, script=label, **start)
         with monitor.reporting():
             yield monitor
+        if (run.read_meta() or {}).get("cancelled"):  # its own SIGTERM handler ended it (a checkpoint, exit 0)
+            monitor.event(events.INTERRUPTED, reason="cancelled: the user code returned after the stop signal")
+            monitor.close("interrupted")
+            return
         monitor.event(events.END, stop_reason="returned")
         monitor.close("finished")
         if rank == 0:

@@ -9,6 +9,9 @@
     faults.py print GATE       rank 0 prints to stdout and stderr in turn, then "ready", all without flush,
                                then waits until the file GATE exists
     faults.py train STEPS      trains STEPS steps, logging each (workbench.log)
+    faults.py graceful GATE    every rank prints a line a step without flush, rank 0 "ready" at step 3 and
+                               GATE is touched by then; its own SIGTERM handler saves (prints, no flush) and
+                               exits 0, as scripts handling preemption do
 """
 import os
 import sys
@@ -34,7 +37,21 @@ def loss_fn(output, step):
     return output.sum()
 
 
-if mode == "print":
+if mode == "graceful":
+    import signal
+
+    def save_and_leave(signum, frame):
+        print(f"rank {rank} got signal {signum}, saving checkpoint")  # no flush, as user scripts print
+        print(f"rank {rank} checkpoint saved")
+        sys.exit(0)
+
+    signal.signal(signal.SIGTERM, save_and_leave)
+    for step in range(1, 100_000):
+        print(f"rank {rank} step {step}")
+        if step == 3 and rank == 0:
+            print("ready")
+        time.sleep(0.1)
+elif mode == "print":
     if rank == 0:
         for i in range(2):
             print(f"out {i}")  # no flush: as nanoGPT and the PyTorch examples print
