@@ -360,3 +360,33 @@ def test_the_end_table_and_the_progress_use_every_value_logged_at_a_step(tmp_pat
     assert status.steps_per_s == pytest.approx(1.0, rel=0.1)
     rank1 = handle.metric_frames.columns(("step", "time"))[1]
     assert step_rate({1: rank1}) == pytest.approx(1.0, rel=0.1)  # its last row has no time: the rate still is
+
+
+
+def test_the_end_table_shows_the_reports_steady_step_time_and_the_throughput_that_follows_from_it():
+    """The per-rank end table and the report below it read the same steps the same way: the step time
+    and samples/s are the per-rank medians over the steady steps (a 0.144 s warm-up first step left
+    out), so 64 samples a step over the table's step time is the table's samples/s; the means said
+    0.0204 s and 4,784 samples/s, which neither the report nor each other agreed with."""
+    from workbench.cli.printing import per_rank_table, table_for_people
+    from workbench.results.analysis import step_breakdown
+
+    steady = [0.020, 0.018, 0.025, 0.019, 0.021, 0.030, 0.017, 0.016, 0.022, 0.024, 0.019]
+    rows = []
+    for rank in (0, 1):
+        times = [0.144, 0.030, 0.012, 0.026, 0.011, *(t + 0.002 * rank for t in steady)]
+        for step, step_time in enumerate(times, start=1):
+            rows.append({"rank": rank, "step": step, "loss": 1.0 / step + rank, "step_time_s": step_time,
+                         "samples_per_s": 64 / step_time, "mem_mb": 100.0 + step + rank})
+        rows.append({"rank": rank, "step": len(times), "lr": 0.1})  # a second record at the last step
+    frame = pd.DataFrame(rows)
+    table = per_rank_table(frame)
+    report = step_breakdown(frame).set_index("rank")
+    assert list(table.columns) == ["step", "final_loss", "step_time_s", "samples_per_s", "mem_mb"]
+    assert table["step_time_s"].tolist() == pytest.approx([0.020, 0.022])
+    assert table["step_time_s"].tolist() == pytest.approx(report["step_time_s"].tolist())
+    assert table["samples_per_s"].tolist() == pytest.approx(report["samples_per_s"].tolist())
+    assert (64 / table["step_time_s"]).tolist() == pytest.approx(table["samples_per_s"].tolist())
+    assert table["step"].tolist() == [16, 16] and table["mem_mb"].tolist() == [116.0, 117.0]
+    assert table["final_loss"].tolist() == pytest.approx([1 / 16, 1 + 1 / 16])
+    assert "3,200" in table_for_people(table)  # rank 0: 64 samples / 0.020 s

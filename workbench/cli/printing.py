@@ -376,14 +376,21 @@ def print_start(run: Any) -> bool:
 
 def per_rank_table(frame: Any) -> Any:
     """Last step, final loss (the last value each rank logged of the loss the job logs: loss,
-    train_loss, ...; the column says which), mean step time and throughput, peak memory per rank
-    (those logged)."""
+    train_loss, ...; the column says which), step time and throughput, peak memory per rank (those
+    logged).  Step time and throughput are the report's own figures (results.analysis.step_breakdown:
+    per-rank medians over the steady steps, warm-up left out), so the table and the report agree."""
     from workbench.launch.history import loss_metric
+    from workbench.results.analysis import step_breakdown
 
     loss = loss_metric(frame) or "loss"
-    wanted = {"step": ("step", "max"), f"final_{loss}": (loss, "last"), "step_time_s": ("step_time_s", "mean"),
-              "samples_per_s": ("samples_per_s", "mean"), "mem_mb": ("mem_mb", "max")}
-    return frame.groupby("rank").agg(**{k: v for k, v in wanted.items() if v[0] in frame})  # last: skips NaN
+    wanted = {"step": ("step", "max"), f"final_{loss}": (loss, "last"), "mem_mb": ("mem_mb", "max")}
+    table = frame.groupby("rank").agg(**{k: v for k, v in wanted.items() if v[0] in frame})  # last: skips NaN
+    steady = step_breakdown(frame).set_index("rank")
+    for column in ("step_time_s", "samples_per_s"):
+        if column in frame:
+            table[column] = steady[column].reindex(table.index)
+    order = ["step", f"final_{loss}", "step_time_s", "samples_per_s", "mem_mb"]
+    return table[[c for c in order if c in table]]
 
 
 def _print_failure(run: Any, notice: FailureNotice | None = None, status: Any = None) -> None:
