@@ -39,3 +39,18 @@ def test_only_complete_new_lines_are_read_and_launcher_lines_are_left_out(tmp_pa
     assert output.poll() == [(1, "out", "partial line"), (1, "out", "été ÿ")]
     assert output.poll() == []
 
+
+
+
+def test_a_launcher_line_glued_to_a_rank_s_last_output_without_a_newline_is_cut_off_and_dropped(tmp_path):
+    """A script whose last print ends without a newline: submitit's "Job completed" line lands right
+    after it in the same log line; the user's text is shown as its own line, submitit's is not."""
+    run = RunDir(tmp_path).create()
+    log = run.logs / "77_0_log.out"
+    log.write_text("saw submitit INFO (the launcher) here\nr0 tail no newline")
+    output = RankOutput(run, {0: ("out",)})
+    assert output.poll() == [(0, "out", "saw submitit INFO (the launcher) here")]
+    with open(log, "a") as fh:
+        fh.write("submitit INFO (2026-11-28 08:18:02,808) - Job completed successfully\n")
+    assert output.poll() == [(0, "out", "r0 tail no newline")]
+    assert output.poll() == []

@@ -11,6 +11,10 @@ from workbench.runfolder.private import open_regular
 
 LAUNCHER_LINE = re.compile(r"^submitit (INFO|DEBUG) \(")
 """submitit's own bookkeeping lines ("Starting with JobEnvironment", "Loading pickle"): not the user's."""
+LAUNCHER_AFTER_TEXT = re.compile(r"submitit (INFO|DEBUG) \(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\) - ")
+"""The same, glued to a rank's last output that ended without a newline ("tail" + "submitit INFO
+(2026-11-28 08:18:02,808) - Job completed successfully"): its timestamp too, so user text naming
+submitit is not cut."""
 ALL_RANKS_UP_TO = 8
 
 
@@ -68,4 +72,10 @@ class RankOutput:
             return []
         self.offsets[path] = start + end + 1
         lines = chunk[:end].decode("utf-8", errors="replace").split("\n")
-        return [line for line in lines if not LAUNCHER_LINE.match(line)]
+        shown = []
+        for line in lines:
+            if LAUNCHER_LINE.match(line):
+                continue
+            glued = LAUNCHER_AFTER_TEXT.search(line)  # the user's partial line, then submitit's: kept, dropped
+            shown.append(line[:glued.start()] if glued else line)
+        return shown
