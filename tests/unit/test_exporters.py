@@ -25,6 +25,31 @@ def test_to_tensorboard_writes_per_rank_scalars_that_tensorboard_reads_back(tmp_
 
 
 @pytest.mark.timeout(120)
+def test_each_rank_s_eval_events_go_to_that_rank_s_tensorboard_folder_once(tmp_path):
+    """Every rank records an eval event with the same all-reduced results (engine.trainer.evaluate), as
+    its live mirror logs them into its own folder: the export writes each rank's own events to that
+    rank, once per eval step, not all of them into rank 0 (twice at each step) and none into rank 1."""
+    import time
+
+    from workbench.runfolder.layout import RunDir
+    from workbench.runfolder.writer import JsonlWriter
+
+    folder = write_run(tmp_path, "two-ranks", 2, "linear")
+    events = JsonlWriter(RunDir(folder).events(1))
+    for step in (20, 40):
+        events.write({"event": "eval", "rank": 1, "step": step, "time": time.time() - 100 + step,
+                      "val_loss": 1.0 / (step * 2), "val_accuracy": 0.5 + step / 100})
+    events.close()
+    logdir = Run.load(folder).to_tensorboard(tmp_path / "tb")
+    for rank in (0, 1):
+        found = tensorboard_scalars(logdir / f"rank{rank}")
+        assert found["val_loss"] == [(20, pytest.approx(1 / 40)), (40, pytest.approx(1 / 80))], rank
+        assert [step for step, _ in found["val_accuracy"]] == [20, 40], rank
+        assert len(found["loss"]) == 40
+
+
+
+@pytest.mark.timeout(120)
 def test_workbench_export_run_dir_to_tensorboard_and_tables(tmp_path, capsys):
     from workbench.cli import main
 

@@ -555,8 +555,8 @@ class Run:
         return plot_run(self.metrics(), evals=self.evals(), **options)
 
     def to_tensorboard(self, logdir: str | Path) -> Path:
-        """Every rank's scalars into `logdir`/rank{R} (TensorBoard event files), eval results into
-        rank0; `tensorboard --logdir LOGDIR` shows them (workbench.results.exporters)."""
+        """Every rank's scalars and eval results into `logdir`/rank{R} (TensorBoard event files), once
+        each; `tensorboard --logdir LOGDIR` shows them (workbench.results.exporters)."""
         from workbench.results.exporters import to_tensorboard
 
         return to_tensorboard(self, logdir)

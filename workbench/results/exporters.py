@@ -24,7 +24,7 @@ FORMATS = ("csv", "parquet")
 
 def to_tensorboard(run: Run, logdir: str | Path) -> Path:
     """Write every rank's scalars (loss, loss_reduced, lr, timings, memory, ...) at their steps and
-    wall times into `logdir`/rank{R}, and the eval results into `logdir`/rank0; returns `logdir`."""
+    wall times into `logdir`/rank{R}, and each rank's eval results into its own folder; returns `logdir`."""
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
@@ -38,14 +38,21 @@ def to_tensorboard(run: Run, logdir: str | Path) -> Path:
 
 
 def _write_ranks(writer_class: Any, logdir: Path, frame: Any, evals: Any) -> None:
-    for _, part in (frame.groupby("rank") if len(frame) else []):
-        folder = own_folder(logdir, tensorboard_rank(logdir, int(part["rank"].iloc[0])))  # no link followed
-        writer = writer_class(log_dir=str(folder))
-        _write(writer, part.drop(columns=["wall_time", "elapsed_s", "samples"], errors="ignore").to_dict("records"))
+    """Each rank's metrics and its own eval events into `logdir`/rank{R}, one writer a rank.  Every
+    rank records an eval event (the all-reduced results, the same on each), as its live mirror logs
+    them into its own folder; an event without a rank is rank 0's."""
+    records: dict[int, list[dict[Any, Any]]] = {}
+    for rank, part in (frame.groupby("rank") if len(frame) else []):
+        rows = part.drop(columns=["wall_time", "elapsed_s", "samples"], errors="ignore").to_dict("records")
+        records.setdefault(int(rank), []).extend(rows)
     if len(evals):
         columns = ["step", "time", *(str(c) for c in evals.columns if str(c).startswith("val_"))]
-        _write(writer_class(log_dir=str(own_folder(logdir, tensorboard_rank(logdir, 0)))),
-               evals[columns].to_dict("records"))
+        ranks = evals["rank"].fillna(0).astype(int) if "rank" in evals else [0] * len(evals)
+        for rank, part in evals.groupby(ranks):
+            records.setdefault(int(rank), []).extend(part[columns].to_dict("records"))
+    for rank, rows in records.items():
+        folder = own_folder(logdir, tensorboard_rank(logdir, rank))  # no link followed
+        _write(writer_class(log_dir=str(folder)), rows)
 
 
 def _write(writer: Any, records: list[dict[Any, Any]]) -> None:
