@@ -390,3 +390,34 @@ def test_the_end_table_shows_the_reports_steady_step_time_and_the_throughput_tha
     assert table["step"].tolist() == [16, 16] and table["mem_mb"].tolist() == [116.0, 117.0]
     assert table["final_loss"].tolist() == pytest.approx([1 / 16, 1 + 1 / 16])
     assert "3,200" in table_for_people(table)  # rank 0: 64 samples / 0.020 s
+
+
+def test_after_a_continue_at_one_rank_the_report_judges_the_steps_of_that_shape_only(tmp_path):
+    """2 ranks trained to step 49 (rank 1 last logged then), then the run went on at 1 rank from step 40's
+    checkpoint with the effective batch kept (2 micro-batches a step: twice the work).  Rank 1's old
+    rows and rank 0's own 2-rank steps are not this shape's: the report said "throughput ... over 2
+    rank(s)" and "rank 0 2250% slower" (a user trial)."""
+    cfg = JobConfig.from_dict({"train": {"micro_batch_size": 8}, "dist": {"procs_per_node": 1},
+                               "launch": {"run_root": str(tmp_path)}})
+    run = RunDir(tmp_path / "resized").prepare(cfg, "local")
+    t0 = time.time() - 1000
+    events = JsonlWriter(run.events(0))
+    for rank in (0, 1):
+        writer = JsonlWriter(run.metrics(rank))
+        for step in range(1, 50):
+            writer.write({"rank": rank, "step": step, "time": t0 + step, "loss": 1.0, "step_time_s": 0.01,
+                          "comm_wait_s": 0.001, "data_time_s": 0.0, "samples_per_s": 1600.0})
+        writer.close()
+    events.write({"event": "start", "rank": 0, "step": 0, "time": t0, "world_size": 2, "effective_batch": 16})
+    t1 = t0 + 100
+    events.write({"event": "start", "rank": 0, "step": 40, "time": t1, "world_size": 1, "effective_batch": 16})
+    events.close()
+    writer = JsonlWriter(run.metrics(0))
+    for step in range(41, 81):
+        writer.write({"rank": 0, "step": step, "time": t1 + step, "loss": 1.0, "step_time_s": 0.02,
+                      "comm_wait_s": 0.0, "data_time_s": 0.0, "samples_per_s": 800.0})
+    writer.close()
+    found = Run.load(run.root).report()
+    assert found["breakdown"]["rank"].tolist() == [0]
+    assert found["breakdown"]["step_time_s"].tolist() == pytest.approx([0.02])
+    assert len(found["stragglers"]) == 0

@@ -521,11 +521,24 @@ class Run:
             fresh = cached is not None and cached[0] == version and cached[3]  # over every record
         if cached is None or not fresh:
             # live: medians over 2,000 evenly spaced steps per rank (the same medians, a fraction of the cost)
-            frame = self.metric_frames.frame(2000 if max_age_s > 0 else None)
+            frame = self._current_shape(self.metric_frames.frame(2000 if max_age_s > 0 else None))
             cached = (version, stragglers(frame, self._settings().dist.straggler_threshold), time.monotonic(),
                       max_age_s <= 0)
             self._stragglers = cached
         return cached[1]
+
+    def _current_shape(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """The steps of the run's current shape, which the report and the stragglers judge: after a
+        continue at another world size (or effective batch, or strategy), the ranks that left and the
+        steps before it would compare unlike with like (a rank gone since, "2250% slower")."""
+        summary = self.event_summary()
+        world, since = (summary.start or {}).get("world_size"), summary.shape_since
+        if not len(frame) or (world is None and since is None):
+            return frame
+        keep = frame["rank"] < int(world) if world is not None else frame["rank"] >= 0
+        if since is not None and "time" in frame:
+            keep &= frame["time"] >= float(since)
+        return frame[keep]
 
     def stacks(self) -> dict[int, str]:
         """Python stack dumps of ranks that stalled (rank -> text), written by the ranks themselves."""
@@ -599,7 +612,8 @@ class Run:
         from workbench.launch.plancheck import engine_run, lines, stored_check
         from workbench.results.analysis import report
 
-        found = report(self.metrics(), self._settings(), self.stragglers(), self.event_summary().check_counts())
+        found = report(self._current_shape(self.metrics()), self._settings(), self.stragglers(),
+                       self.event_summary().check_counts())
         found["plan"] = lines(stored_check(self), self.world_size) if engine_run(self) else []
         found["device"] = str((self.event_summary().start or {}).get("device") or "")  # what mem_mb measured
         return found

@@ -68,6 +68,9 @@ class EventSummary:
     start: dict[str, Any] | None = None
     """Rank 0's latest start event: world size, device, effective batch, lr, warmup, steps (a resume
     may change them)."""
+    shape_since: float | None = None
+    """When the run took its current shape (world size, effective batch, strategy): the time of rank 0's
+    start event that changed it on a continue (None: the shape it started with)."""
     in_sync: bool | None = None
     """Parameters matched on every rank at the latest check (None: not checked yet)."""
     diverged_ranks: list[int] = field(default_factory=list)
@@ -119,6 +122,8 @@ class EventSummary:
 def _fold_one(summary: EventSummary, record: dict[str, Any]) -> None:
     kind = record.get("event")
     if kind == START and record.get("rank") == 0:
+        if summary.start is not None and _shape(summary.start) != _shape(record):
+            summary.shape_since = record.get("time")
         summary.start = record
     elif kind == SYNC_CHECK and "in_sync" in record:  # a damaged check (in_sync dropped) says nothing
         summary.in_sync = bool(record.get("in_sync"))
@@ -139,3 +144,7 @@ def _fold_one(summary: EventSummary, record: dict[str, Any]) -> None:
         summary.memory[record["rank"]] = record
     elif kind == WARNING and "message" in record:
         summary.warnings.append(f"rank {record.get('rank')}: {record.get('message', '')}")
+
+
+def _shape(start: dict[str, Any]) -> tuple[Any, ...]:
+    return start.get("world_size"), start.get("effective_batch"), start.get("strategy")
