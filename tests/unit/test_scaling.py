@@ -398,6 +398,19 @@ def test_cli_check_says_when_a_ranks_step_does_not_fit_its_device_and_the_ways_o
     assert capsys.readouterr().out.splitlines() == ["config OK"]
 
 
+def test_cli_check_says_when_the_training_set_is_smaller_than_one_step_as_the_ranks_would(tmp_path, capsys):
+    """256 samples, 64 x 4 x 2 a step: an epoch of no step.  The ranks refuse it in this line; `check`
+    said "config OK" (a user trial), since only the factory knows its dataset's size, which the plan's
+    trace builds."""
+    path = _write(tmp_path, guide(task={"name": "synthetic", "options": {"n_train": 256, "n_val": 64}},
+                                  train={"micro_batch_size": 64, "grad_accum_steps": 4}, dist={"procs_per_node": 2}))
+    assert main(["check", path]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == ["workbench: train.micro_batch_size: the training set has 256 samples but one "
+                                "optimizer step needs 512 (micro_batch_size x grad_accum_steps x world_size); "
+                                "lower micro_batch_size or grad_accum_steps, or use fewer ranks"], err
+
+
 def test_cli_check_bad_config(tmp_path, capsys):
     path = tmp_path / "bad.yaml"
     path.write_text("train:\n  micro_batch_size: 0\n  lr: 5e-5\n")

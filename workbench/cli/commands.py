@@ -321,6 +321,7 @@ def _fit_problems(cfg: Any, device_memory_gb: float | None) -> list[str]:
     """Whether a rank's training step fits its device (workbench.plan's memory, traced on fake tensors:
     no step is run): a problem line with the ways out when it does not; what was found is printed."""
     from workbench.config.devices import visible_gpu_count
+    from workbench.config.scaling import too_small_message
     from workbench.planning.plan import HEADROOM, fit_text, plan
 
     gpu_job = cfg.launch.executor == "slurm" and cfg.launch.slurm.gpus_per_node > 0
@@ -328,6 +329,8 @@ def _fit_problems(cfg: Any, device_memory_gb: float | None) -> list[str]:
     device = "cuda" if gpu_job or here == "cuda" else "cpu"
     if device == "cuda" and here == "cpu" and not device_memory_gb:
         frame = plan(cfg, world_sizes=(cfg.world_size,), probe=False, device="cuda", device_memory_gb=1.0)
+        if frame["steps_per_epoch"].iloc[0] == 0:
+            return [too_small_message(cfg, cfg.world_size, int(frame.attrs["train_samples"]))]
         peak = frame["peak_mb"].iloc[0]
         if peak == peak:
             print(f"memory: {peak:,.1f} MiB a rank at train.micro_batch_size {cfg.train.micro_batch_size} (traced); "
@@ -335,6 +338,8 @@ def _fit_problems(cfg: Any, device_memory_gb: float | None) -> list[str]:
         return []
     frame = plan(cfg, world_sizes=(cfg.world_size,), probe=False, device=device, device_memory_gb=device_memory_gb)
     row = frame.iloc[0]
+    if row["steps_per_epoch"] == 0:  # the factory's own dataset is smaller than one optimizer step
+        return [too_small_message(cfg, cfg.world_size, int(frame.attrs["train_samples"]))]
     if row["fits"] is None or row["fits"] != row["fits"]:
         print(f"memory: not traced ({frame.attrs['notes'][0].removeprefix('memory: ')})")
         return []

@@ -56,6 +56,15 @@ def effective_batch(micro_batch_size: int, grad_accum_steps: int, world_size: in
     return micro_batch_size * grad_accum_steps * world_size
 
 
+def too_small_message(cfg: JobConfig, world_size: int, dataset_size: int) -> str:
+    """The one line for a training set smaller than one optimizer step (an epoch of no step), as the
+    ranks raise it and `workbench check` says it before a run."""
+    per_step = effective_batch(cfg.train.micro_batch_size, cfg.train.grad_accum_steps, world_size)
+    return (f"train.micro_batch_size: the training set has {dataset_size} samples but one optimizer step needs "
+            f"{per_step} (micro_batch_size x grad_accum_steps x world_size); lower micro_batch_size "
+            f"or grad_accum_steps, or use fewer ranks")
+
+
 def steps_per_epoch(dataset_size: int, micro_batch_size: int, grad_accum_steps: int, world_size: int,
                     drop_last: bool = True) -> int:
     """Optimizer steps per epoch, as the engine counts them.

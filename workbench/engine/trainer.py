@@ -25,7 +25,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from workbench.config.scaling import effective_batch, scaled
+from workbench.config.scaling import effective_batch, scaled, too_small_message
 from workbench.config.sections import JobConfig
 from workbench.engine.checkpoint import checkpoint_writer, gather_rng_states, load_latest, set_rng_state
 from workbench.engine.data import eval_loader, resumable_sampler, start_epoch, to_device, train_loader
@@ -89,7 +89,7 @@ class Trainer:
                                        device) if task.val_dataset is not None else None)
         self.steps_per_epoch = len(self.loader) // self.accum  # micro-batches per epoch / accum
         if self.steps_per_epoch < 1:
-            raise ConfigError([_too_small_message(cfg, env.world_size, len(task.train_dataset))])
+            raise ConfigError([too_small_message(cfg, env.world_size, len(task.train_dataset))])
         self.total_steps = min(t.max_steps or 10**12, t.epochs * self.steps_per_epoch)
         self.scale = scaled(cfg, env.world_size)
         self.optimizer = build_optimizer(self.model, t, self.scale.lr)
@@ -416,13 +416,6 @@ def _optimizer_by_name(optim_state: dict[str, Any], names: list[str]) -> dict[st
     state = {names[i]: v for i, v in optim_state["state"].items()}
     groups = [{**g, "params": [names[i] for i in g["params"]]} for g in optim_state["param_groups"]]
     return {"state": state, "param_groups": groups}
-
-
-def _too_small_message(cfg: JobConfig, world: int, n: int) -> str:
-    per_step = effective_batch(cfg.train.micro_batch_size, cfg.train.grad_accum_steps, world)
-    return (f"train.micro_batch_size: the training set has {n} samples but one optimizer step needs "
-            f"{per_step} (micro_batch_size x grad_accum_steps x world_size); lower micro_batch_size "
-            f"or grad_accum_steps, or use fewer ranks")
 
 
 def _due(step: int, every: int | None) -> bool:

@@ -97,13 +97,15 @@ def plan(cfg: JobConfig, task: Callable[..., Any] | None = None, world_sizes: It
                               probe, notes) for strategy in strategies}
     # batch, lr, warmup and steps per epoch as the scaling table gives them (the factory's own dataset
     # counts when the config does not give its size)
-    scaling = scaling_table(cfg, sizes, dataset_size=cfg.task.train_samples or memory.samples)
+    dataset_size = cfg.task.train_samples or memory.samples
+    scaling = scaling_table(cfg, sizes, dataset_size=dataset_size)
     rows = [_row(scale, strategy, memory, capacity_mb, headroom,
                  steps[strategy, scale["world_size"]]["step_s"] if (strategy, scale["world_size"]) in steps
                  else _step_s(cfg, strategy, memory, compute_s, links[strategy][scale["world_size"]]))
             for scale in scaling.to_dict("records") for strategy in strategies]
     frame = pd.DataFrame(rows, columns=COLUMNS)
     frame.attrs["notes"] = notes
+    frame.attrs["train_samples"] = dataset_size
     if "fsdp2" not in strategies and memory.traced:  # where ddp does not fit, what fsdp2 would need
         usable = capacity_mb * headroom
         frame.attrs["fsdp2"] = {n: (memory.sharded(n) / MB, memory.sharded(n) / MB <= usable) for n in sizes}
