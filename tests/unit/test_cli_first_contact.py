@@ -127,6 +127,8 @@ def test_numbers_and_tables_are_for_people():
     assert table_for_people(status, index=False).splitlines()[1].split() == ["0", "finished", "3200", "25724"]
     summary = {"steps": 192, "stop_reason": "max_steps", "last_eval": {"val_loss": 0.07401307680993341}}
     assert summary_line(summary) == "[workbench] summary: 192 steps (max_steps), val_loss 0.07401 (last evaluation)"
+    script = {"status": "finished", "script": "train.py", "steps": None, "output_lines": 32}  # logged no step
+    assert summary_line(script) == "[workbench] summary: finished (no step logged)"
 
 
 def test_the_next_steps_line_names_the_folder_as_this_shell_can(tmp_path, monkeypatch):

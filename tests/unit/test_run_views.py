@@ -57,6 +57,7 @@ def test_rate_is_steady_with_one_late_rank_and_bursty_writes():
 def test_eta_is_unknown_before_a_rate_and_zero_when_done():
     ranks = [RankStatus(0, "starting")]
     assert RunStatus("running", ranks, 0, 100).progress_line() == "running · step 0/100 (0%) · ETA unknown"
+    assert RunStatus("finished", ranks, 0, None).progress_line() == "finished · no step logged"  # a script's
     assert RunStatus("finished", ranks, 80, 100, steps_per_s=3.0).progress_line() == \
         "finished · step 80/100 (100%) · 3 steps/s"
 

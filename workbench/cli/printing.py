@@ -198,7 +198,9 @@ def table_for_people(table: Any, index: bool = True) -> str:
 def summary_line(summary: dict[str, Any]) -> str:
     """Rank 0's summary of a finished run in one line, its numbers for people."""
     evals = summary.get("last_eval") or {}
-    parts = [f"{summary.get('steps')} steps ({summary.get('stop_reason', 'finished')})",
+    steps = summary.get("steps")
+    reason = summary.get("stop_reason") or summary.get("status") or "finished"
+    parts = [f"{steps} steps ({reason})" if steps is not None else f"{reason} (no step logged)",
              *(f"{name} {_num(value)}" for name, value in evals.items())]
     return "[workbench] summary: " + ", ".join(parts) + (" (last evaluation)" if evals else "")
 

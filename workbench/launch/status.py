@@ -117,7 +117,9 @@ class RunStatus:
         return " · ".join(parts)
 
     def _where_in_run(self) -> str:
-        """"step 363/1000 (36%)"."""
+        """"step 363/1000 (36%)"; "no step logged" for a script that logs none (it has no total)."""
+        if not self.step and not self.total_steps:
+            return "no step logged"
         text = f"step {self.step}" + (f"/{self.total_steps}" if self.total_steps else "")
         return text + (f" ({self.progress:.0%})" if self.progress is not None else "")
 
