@@ -38,15 +38,22 @@ def test_resume_on_fewer_ranks_says_how_batch_lr_and_warmup_change(tmp_path):
     cfg = _cfg(tmp_path, {"options": {"n_train": 1024}}, lr=1e-3, warmup_steps=10, max_steps=6)
     first = workbench.submit(cfg)
     assert first.wait(timeout=120).state == "finished"
-    smaller = cfg.replace(dist__procs_per_node=1, train__max_steps=10, train__keep_batch_on_resize=False)
-    with pytest.warns(workbench.ResizeWarning, match="lr 0.002 -> 0.001"):
+    smaller = cfg.replace(dist__procs_per_node=1, train__micro_batch_size=4, train__max_steps=10,
+                          train__keep_batch_on_resize=False)
+    with pytest.warns(workbench.ResizeWarning, match="lr 0.002 -> 0.0005"):
         again = workbench.submit(smaller, run_dir=first.folder)
     assert again.wait(timeout=120).state == "finished", again.exception()
     message = again.events().query("event == 'rescale'")["message"].iloc[0]
-    assert "world size 2 -> 1" in message and "effective batch 16 -> 8" in message
-    assert "lr 0.002 -> 0.001" in message and "warmup 20 -> 10" in message
+    assert "world size 2 -> 1" in message and "effective batch 16 -> 4" in message
+    assert "lr 0.002 -> 0.0005" in message and "warmup 20 -> 5" in message
     assert "train.keep_batch_on_resize is false" in message
     assert again.metrics().query("rank == 0")["step"].max() == 10
+    # config.yaml keeps what the ranks trained with (the reference batch 8 pinned): run.config's own scaling
+    # table gives the run's lr and warmup, not those of the config as passed (its own reference 4: 0.001, 10)
+    start = again.events().query("event == 'start' and rank == 0").sort_values("time").iloc[-1]
+    row = workbench.scaling_table(again.config, (1,)).iloc[0]
+    assert (row["lr"], row["warmup_steps"]) == (pytest.approx(start["lr"]), start["warmup_steps"]) == (
+        pytest.approx(0.0005), 5)
 
 
 def test_a_finished_run_reads_back_completely(tmp_path, capsys):

@@ -95,6 +95,7 @@ def test_a_run_that_lost_a_rank_continues_at_one_rank_on_the_unbroken_runs_losse
     assert continued.wait(timeout=240).state == "finished", continued.exception()
     rescale = continued.events().query("event == 'rescale'")["message"].iloc[0]
     assert "world size 2 -> 1: grad_accum_steps 1 -> 2 keeps the effective batch 16" in rescale
+    assert continued.config.train.grad_accum_steps == 2, "config.yaml keeps what the rank trains with"
     mine, reference = _losses(continued), _losses(unbroken)
     assert mine.index.max() == 20
     assert _relative(mine.loc[11:20], reference.loc[11:20]) <= 1e-3  # same samples in every step, same lr

@@ -115,6 +115,8 @@ def test_a_resize_keeps_the_effective_batch_with_accumulation_and_the_lr_where_i
         in smaller.message
     same = resize(old, 4, _cfg(4), 4)
     assert same.config == _cfg(4) and same.message == ""
+    again = resize(old, 4, smaller.config, 1)  # the ranks apply it to the config the submit wrote: the same
+    assert again.config == smaller.config and again.message == smaller.message
 
 
 def test_a_resize_that_cannot_keep_the_batch_scales_lr_and_warmup_and_says_why():

@@ -194,7 +194,7 @@ def resize(old: JobConfig, old_world_size: int, cfg: JobConfig, world_size: int)
         kept = pinned.replace(train__grad_accum_steps=accum)
         s = scaled(kept, world_size)
         return Resize(kept, True, f"world size {old_world_size} -> {world_size}: grad_accum_steps "
-                                  f"{t.grad_accum_steps} -> {accum} keeps the effective batch {batch} "
+                                  f"{old.train.grad_accum_steps} -> {accum} keeps the effective batch {batch} "
                                   f"(lr {s.lr:.3g}, warmup {s.warmup_steps} steps, as before)")
     why = ("train.keep_batch_on_resize is false" if not t.keep_batch_on_resize else
            f"the effective batch {batch} is not a multiple of micro_batch_size {t.micro_batch_size} x "

@@ -171,7 +171,7 @@ def _start(cfg: JobConfig, run_dir: str | Path | None, *, payload: Any = None, f
             raise _cannot_make(run, exc, existed) from None
         _check_folder_free(run)
         _check_checkpoints(run, from_scratch)
-        _say_resize(run, cfg)
+        cfg = _continued(run, cfg)
         _prepare(run, cfg, {**(facts or {}), **submit_provenance()}, existed)
         _write_payload(run, payload)
         kill_point("submit.prepared")  # a test hook: the run folder is made, nothing started
@@ -299,14 +299,17 @@ def _check_checkpoints(run: RunDir, from_scratch: bool) -> None:
                           "from_scratch=True (workbench run --from-scratch) to start over with them set aside")
 
 
-def _say_resize(run: RunDir, cfg: JobConfig) -> None:
-    """A run continued at another world size says, before it starts, what its ranks will do: the same
-    engine.rank.continue_at they apply, from the newest checkpoint that can be read."""
+def _continued(run: RunDir, cfg: JobConfig) -> JobConfig:
+    """The config a run continues with: at another world size, the one its ranks will train with (the
+    same engine.rank.continue_at they apply, from the newest checkpoint that can be read: its
+    grad_accum_steps, its pinned lr_ref_batch), said before it starts.  It is what config.yaml keeps,
+    so run.config, the scaling table, config_diff and the report's advice describe what ran."""
     from workbench.engine.rank import continue_at
 
-    message = continue_at(cfg, run, cfg.world_size)[1]
+    continued, message = continue_at(cfg, run, cfg.world_size)
     if message:
         warnings.warn(f"{run.root.name}: {message}", ResizeWarning, stacklevel=4)
+    return continued
 
 
 def _unreadable(path: Path) -> str | None:
