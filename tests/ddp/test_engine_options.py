@@ -35,9 +35,10 @@ def test_a_factory_named_in_yaml_is_used(tmp_path):
 
 
 def test_resume_on_fewer_ranks_says_how_batch_lr_and_warmup_change(tmp_path):
-    cfg = _cfg(tmp_path, {"options": {"n_train": 1024}}, lr=1e-3, warmup_steps=10, max_steps=6)
+    cfg = _cfg(tmp_path, {"options": {"n_train": 1024}}, lr=1e-3, warmup_steps=10, max_steps=6, eval_every_steps=6)
     first = workbench.submit(cfg)
     assert first.wait(timeout=120).state == "finished"
+    evaluated = first.result()["last_eval"]
     smaller = cfg.replace(dist__procs_per_node=1, train__micro_batch_size=4, train__max_steps=10,
                           train__keep_batch_on_resize=False)
     with pytest.warns(workbench.ResizeWarning, match="lr 0.002 -> 0.0005"):
@@ -48,6 +49,7 @@ def test_resume_on_fewer_ranks_says_how_batch_lr_and_warmup_change(tmp_path):
     assert "lr 0.002 -> 0.0005" in message and "warmup 20 -> 5" in message
     assert "train.keep_batch_on_resize is false" in message
     assert again.metrics().query("rank == 0")["step"].max() == 10
+    assert again.result()["last_eval"] == evaluated and evaluated, "no eval in steps 7-10: step 6's is the last"
     # config.yaml keeps what the ranks trained with (the reference batch 8 pinned): run.config's own scaling
     # table gives the run's lr and warmup, not those of the config as passed (its own reference 4: 0.001, 10)
     start = again.events().query("event == 'start' and rank == 0").sort_values("time").iloc[-1]

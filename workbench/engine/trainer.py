@@ -299,6 +299,7 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(),
             "step": self.step, "epoch": self.epoch, "micro_in_epoch": self.micro_in_epoch,
             "samples_in_epoch": self.samples_in_epoch(), "best": self.best, "bad_evals": self.bad_evals,
+            "last_eval": self.last_eval,
             "rng": rng_states, "world_size": self.env.world_size, "strategy": self.strategy.name,
             "config": self.cfg.to_dict(),
         }
@@ -321,6 +322,7 @@ class Trainer:
         self.scaler.load_state_dict(state["scaler"])
         self.step, self.epoch = state["step"], state["epoch"]
         self.best, self.bad_evals, self.saved_step = state["best"], state["bad_evals"], state["step"]
+        self.last_eval = dict(state.get("last_eval") or {})  # the summary's, until this segment evaluates
         self.monitor.step = self.step
         old_world = state["world_size"]
         self.micro_in_epoch = self._micro_after(state, old_world)
