@@ -11,7 +11,6 @@ from workbench.runfolder.layout import RunDir
 pytestmark = pytest.mark.timeout(120)
 
 
-
 def test_default_filter_is_every_rank_up_to_eight_then_rank_zero_and_errors():
     assert shown_streams(2) == {0: ("out", "err"), 1: ("out", "err")}
     big = shown_streams(16)
@@ -20,12 +19,10 @@ def test_default_filter_is_every_rank_up_to_eight_then_rank_zero_and_errors():
     assert shown_streams(4, "none") == {} and len(shown_streams(16, "all")) == 16
 
 
-
 @pytest.mark.parametrize("spec", ["4", "a", "", "-1"])
 def test_a_bad_filter_names_the_flag(spec):
     with pytest.raises(ConfigError, match="--ranks: expected all, none or rank numbers below 4"):
         shown_streams(4, spec)
-
 
 
 def test_only_complete_new_lines_are_read_and_launcher_lines_are_left_out(tmp_path):
@@ -38,8 +35,6 @@ def test_only_complete_new_lines_are_read_and_launcher_lines_are_left_out(tmp_pa
         fh.write("ial line\n\xe9t\xe9 \xff\n")
     assert output.poll() == [(1, "out", "partial line"), (1, "out", "été ÿ")]
     assert output.poll() == []
-
-
 
 
 def test_a_launcher_line_glued_to_a_rank_s_last_output_without_a_newline_is_cut_off_and_dropped(tmp_path):
