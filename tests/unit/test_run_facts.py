@@ -421,3 +421,28 @@ def test_after_a_continue_at_one_rank_the_report_judges_the_steps_of_that_shape_
     assert found["breakdown"]["rank"].tolist() == [0]
     assert found["breakdown"]["step_time_s"].tolist() == pytest.approx([0.02])
     assert len(found["stragglers"]) == 0
+
+
+def test_samples_seen_count_each_stretch_at_its_own_effective_batch(tmp_path):
+    """40 steps at 32 samples a step, then a continue from step 40's checkpoint at 20 a step: step 40 has
+    seen 1,280 and step 200 4,480 (a user trial read 800 and 4,000: every step at the latest batch)."""
+    from workbench.results.series import MetricData, samples_seen
+
+    assert samples_seen([1, 40, 41, 200], [(0, 32), (40, 20)]).tolist() == [32, 1280, 1300, 4480]
+    assert samples_seen([10], [(0, 8)]).tolist() == [80]
+    cfg = JobConfig.from_dict({"train": {"micro_batch_size": 20}, "dist": {"procs_per_node": 1},
+                               "launch": {"run_root": str(tmp_path)}})
+    run = RunDir(tmp_path / "resized").prepare(cfg, "local")
+    t0 = time.time() - 1000
+    events = JsonlWriter(run.events(0))
+    events.write({"event": "start", "rank": 0, "step": 0, "time": t0, "world_size": 2, "effective_batch": 32})
+    events.write({"event": "start", "rank": 0, "step": 40, "time": t0 + 100, "world_size": 1, "effective_batch": 20})
+    events.close()
+    writer = JsonlWriter(run.metrics(0))
+    for step in range(1, 81):
+        writer.write({"rank": 0, "step": step, "time": t0 + step + (100 if step > 40 else 0), "loss": 1.0})
+    writer.close()
+    loaded = Run.load(run.root)
+    samples = loaded.metrics().set_index("step")["samples"]
+    assert (samples[40], samples[41], samples[80]) == (1280, 1300, 2080)
+    assert MetricData.from_run(loaded).x(0, "samples")[[39, 79]].tolist() == [1280, 2080]  # the plots' x axis

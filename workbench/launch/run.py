@@ -326,9 +326,16 @@ class Run:
         self.metric_frames.poll()
         key = (self.metric_frames.version, max_points)
         if self._metrics is None or self._metrics[0] != key:  # a live view asks every second; often nothing is new
-            frame = add_derived(self.metric_frames.frame(max_points), self.meta.get("created"), self.samples_per_step())
+            frame = add_derived(self.metric_frames.frame(max_points), self.meta.get("created"), self.samples_per_step(),
+                                self.sample_batches())
             self._metrics = (key, frame)
         return self._metrics[1].copy(deep=False)
+
+    def sample_batches(self) -> tuple[tuple[int, int], ...]:
+        """(the step it started from, effective batch) of each stretch, where a continue changed the
+        effective batch (empty otherwise: samples_per_step counts them all)."""
+        batches = self.event_summary().batches
+        return tuple(batches) if len({b for _, b in batches}) > 1 else ()
 
     def samples_per_step(self) -> int | None:
         """The effective batch: rank 0's start event says it, else the config (None in script mode
@@ -554,7 +561,7 @@ class Run:
         if not len(events) or "event" not in events:
             return events
         evals = events[events["event"] == kinds.EVAL].dropna(axis=1, how="all").reset_index(drop=True)
-        return add_derived(evals, self.meta.get("created"), self.samples_per_step())
+        return add_derived(evals, self.meta.get("created"), self.samples_per_step(), self.sample_batches())
 
     def plot(self, interactive: bool = False, **options: Any) -> Any:
         """The run's panels (matplotlib Figure): loss per rank and reduced, validation metrics, lr,

@@ -8,11 +8,12 @@ or an outlier rank is the same wherever it is shown.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from workbench.results.series import OUTLIER_MAD, Band  # noqa: F401 - re-exported
+from workbench.results.series import OUTLIER_MAD, Band, samples_seen  # noqa: F401 - re-exported
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -23,10 +24,12 @@ BAND_ABOVE_RANKS = 8
 """With more ranks than this, plots draw the median and a min-max band, plus the outlier ranks."""
 
 
-def add_derived(frame: pd.DataFrame, started: float | None, samples_per_step: int | None) -> pd.DataFrame:
+def add_derived(frame: pd.DataFrame, started: float | None, samples_per_step: int | None,
+                batches: Sequence[tuple[int, int]] = ()) -> pd.DataFrame:
     """Add `wall_time` (timezone-aware datetime of `time`, which stays Unix seconds), `elapsed_s`
     (seconds since `started`, else since the first record) and `samples` (samples seen by all ranks
-    together: step x effective batch)."""
+    together: step x effective batch, or by each stretch's batch where `batches` has a continue's
+    change of it: series.samples_seen)."""
     if not len(frame) or "time" not in frame:
         return frame
     frame = frame.copy(deep=False)  # new columns on a shallow copy: the caller's frame is untouched, nothing copied
@@ -34,7 +37,9 @@ def add_derived(frame: pd.DataFrame, started: float | None, samples_per_step: in
     frame["wall_time"] = utc_datetimes(seconds)
     origin = started if started is not None else float(seconds.min())
     frame["elapsed_s"] = seconds - origin
-    if samples_per_step and "step" in frame:
+    if batches and "step" in frame:
+        frame["samples"] = samples_seen(frame["step"].to_numpy(), batches).astype("int64")
+    elif samples_per_step and "step" in frame:
         frame["samples"] = frame["step"].astype("int64") * int(samples_per_step)
     return frame
 

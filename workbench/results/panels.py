@@ -207,7 +207,7 @@ def _line_specs(key: str, x: np.ndarray, y: np.ndarray, label: str, style: dict[
 def _band_specs(panel: Panel, data: MetricData, ranks: list[int], x: str, weight: float, views: Views,
                 fg: str, envelope: bool = False) -> list[Spec]:
     column = panel.columns[0]
-    shown = MetricData({r: data.ranks[r] for r in ranks}, samples_per_step=data.samples_per_step,
+    shown = MetricData({r: data.ranks[r] for r in ranks}, samples_per_step=data.samples_per_step, batches=data.batches,
                        origin=data.origin_time() if x == "elapsed_s" else data.origin)
     band: Band = views.bands(shown, column, x) if set(ranks) == set(data.ranks) else BandCache()(shown, column, x)
     specs = [Spec(f"{panel.key}/band", "band", band.x, band.low, f"min-max of {len(ranks)} ranks",

@@ -11,6 +11,7 @@ any more (what every rank has logged past) and recompute the rest.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,19 @@ BOOKKEEPING = frozenset({"rank", "step", "time", "epoch", "attempt", "wall_time"
 """Columns every record carries that are not metrics to plot."""
 
 
+def samples_seen(steps: np.ndarray, batches: Sequence[tuple[int, int]]) -> np.ndarray:
+    """The samples all ranks saw by each of `steps`: `batches` are (the step it started from, effective
+    batch) in the order the run took them, each stretch counted at its own batch (a continue at another
+    world size or micro-batch starts a new one from its checkpoint's step)."""
+    steps = np.asarray(steps, dtype=float)
+    starts = [float(start) for start, _ in batches]
+    seen = [0.0]  # samples at each stretch's start
+    for i in range(1, len(batches)):
+        seen.append(seen[-1] + (starts[i] - starts[i - 1]) * batches[i - 1][1])
+    which = np.clip(np.searchsorted(starts, steps, side="left") - 1, 0, len(batches) - 1)
+    return (np.asarray(seen)[which] + (steps - np.asarray(starts)[which]) * np.asarray([b for _, b in batches])[which])
+
+
 @dataclass
 class MetricData:
     """rank -> {column: values}, each rank's rows in step order (numpy views: no copy), plus what the
@@ -41,6 +55,8 @@ class MetricData:
     version: int = 0
     names: list[str] = field(default_factory=list)
     """Every column some rank has, in the order first seen."""
+    batches: tuple[tuple[int, int], ...] = ()
+    """Where a continue changed the effective batch, its stretches (samples_seen), used before samples_per_step."""
 
     @classmethod
     def from_frame(cls, frame: pd.DataFrame, evals: pd.DataFrame | None = None) -> MetricData:
@@ -67,7 +83,7 @@ class MetricData:
         numeric = {r: {c: v for c, v in cols.items() if getattr(getattr(v, "dtype", None), "kind", "O") in "biuf"}
                    for r, cols in found.items()}
         return cls(numeric, evals, run.samples_per_step(), run.meta.get("created"), version,
-                   [n for n in names if any(n in cols for cols in numeric.values())])
+                   [n for n in names if any(n in cols for cols in numeric.values())], run.sample_batches())
 
     def columns(self) -> list[str]:
         return self.names or sorted({c for cols in self.ranks.values() for c in cols})
@@ -82,6 +98,8 @@ class MetricData:
         cols = self.ranks[rank]
         steps = np.asarray(cols["step"][start:], dtype=float)
         if axis == "samples":
+            if self.batches:
+                return samples_seen(steps, self.batches)
             if self.samples_per_step:
                 return steps * float(self.samples_per_step)
             return np.asarray(cols["samples"][start:], float) if "samples" in cols else steps

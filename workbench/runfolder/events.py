@@ -68,6 +68,9 @@ class EventSummary:
     start: dict[str, Any] | None = None
     """Rank 0's latest start event: world size, device, effective batch, lr, warmup, steps (a resume
     may change them)."""
+    batches: list[tuple[int, int]] = field(default_factory=list)
+    """(the step it started from, effective batch) of each of rank 0's start events in order: what the
+    samples seen are counted from when a continue changed the batch."""
     shape_since: float | None = None
     """When the run took its current shape (world size, effective batch, strategy): the time of rank 0's
     start event that changed it on a continue (None: the shape it started with)."""
@@ -125,6 +128,8 @@ def _fold_one(summary: EventSummary, record: dict[str, Any]) -> None:
         if summary.start is not None and _shape(summary.start) != _shape(record):
             summary.shape_since = record.get("time")
         summary.start = record
+        if isinstance(record.get("effective_batch"), int) and isinstance(record.get("step", 0), int):
+            summary.batches.append((int(record.get("step", 0)), int(record["effective_batch"])))
     elif kind == SYNC_CHECK and "in_sync" in record:  # a damaged check (in_sync dropped) says nothing
         summary.in_sync = bool(record.get("in_sync"))
         summary.diverged_ranks = list(record.get("diverged_ranks") or [])
