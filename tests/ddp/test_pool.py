@@ -82,6 +82,12 @@ def test_engine_jobs_back_to_back_match_cold_runs(pool, tmp_path):
     assert_nothing_left(cold.folder)
 
 
+def _initial_seed():
+    import torch
+
+    return torch.initial_seed()
+
+
 @pytest.mark.timeout(200)
 def test_functions_run_in_the_pool_and_errors_name_the_field(pool, tmp_path):
     def reduce_rank(scale):
@@ -95,6 +101,12 @@ def test_functions_run_in_the_pool_and_errors_name_the_field(pool, tmp_path):
     run = pool.submit_fn(reduce_rank, 2.0)
     assert run.results() if run.wait(timeout=60).state == "finished" else run.exception()
     assert run.results() == [6.0, 6.0]
+    seeds = []  # unseeded torch in a job, as in a fresh process: a seed of its own on each rank, each job
+    for _ in range(2):
+        probe = pool.submit_fn(_initial_seed)
+        assert probe.wait(timeout=60).state == "finished", probe.exception()
+        seeds += probe.results()
+    assert len(set(seeds)) == 4, seeds  # every rank and job had torch's default seed, 67280421310721
     _check_memory(pool, run)
     with pytest.raises(ConfigError, match=r"^dist: .* 1 = 1 ranks, the pool .* has 2.*dist.procs_per_node"):
         pool.submit_fn(reduce_rank, 1.0, cfg=_cfg(tmp_path, dist={"procs_per_node": 1}))

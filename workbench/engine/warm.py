@@ -51,8 +51,6 @@ NEXT_JOB_ENV = "WORKBENCH_POOL_NEXT_JOB"
 GENERATION_ENV = "WORKBENCH_POOL_GENERATION"
 POLL_S = 0.005
 """How often an idle worker looks for the next job (a file stat): the latency a job waits at most."""
-TORCH_DEFAULT_SEED = 67280421310721
-"""torch's default generator seed in a fresh process (torch.initial_seed() before any manual_seed)."""
 MAX_TEXT = 100_000
 
 
@@ -166,10 +164,12 @@ def run_in_folder(job: dict[str, Any], rank: int, number: int) -> dict[str, Any]
 
 
 def fresh_rngs() -> None:
-    """The random generators as a fresh process has them (jobs seed their own from the config)."""
+    """The random generators as a fresh process has them (jobs seed their own from the config): a
+    seed of its own on each rank and for each job, as torch gives a new process (torch.seed(): a
+    non-deterministic one, on every device's default generator)."""
     import torch
 
-    torch.manual_seed(TORCH_DEFAULT_SEED)
+    torch.seed()
     random.seed()
     with contextlib.suppress(ImportError):
         import numpy as np
