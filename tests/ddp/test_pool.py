@@ -208,6 +208,8 @@ def test_closing_leaves_nothing(tmp_path):
         wait_for_step(run, 2, timeout=60)
     assert not run_processes(pool.dir.root)
     assert run.job.done() and run.status().done
+    assert run.status().state == "cancelled", run.exception()  # was: failed, with no reason given
+    assert "the pool closed while it ran" in run.meta["cancelled_by"]
     with pytest.raises(SubmitError, match="is closed"):
         pool.submit_fn(_ranks_sum)
 

@@ -190,6 +190,7 @@ def _close_folder(pool: PoolDir, job: Any) -> None:
 
     pool.update_meta(mark)
     meta = pool.read_meta() or {}
+    _cancel_unfinished(pool, meta)
     everyone, refused = signallable(pool, ("controller", "agent", "worker"))  # only what is provably ours
     say_not_signalled(pool.root, refused)
     if meta.get("executor") == "slurm":
@@ -204,6 +205,23 @@ def _close_folder(pool: PoolDir, job: Any) -> None:
     if job is not None and hasattr(job, "done"):
         with contextlib.suppress(Exception):  # the scheduler may not answer; the processes are gone
             job.done()  # reap our own child
+
+
+def _cancel_unfinished(pool: PoolDir, meta: dict[str, Any]) -> None:
+    """The run jobs not every rank is done with (running or queued) are cancelled by the close: read
+    as cancelled, not failed.  Only a run folder that names this pool and job as its own is marked."""
+    world = int(meta.get("world_size") or 0)
+    for number in pool.job_numbers():
+        if world and all(pool.done(number, rank).exists() for rank in range(world)):
+            continue
+        job = read_json(pool.job(number)) or {}
+        if job.get("kind") != "run" or not job.get("run_dir"):
+            continue
+        run = RunDir(str(job["run_dir"]))
+        own = (run.read_meta() or {}).get("pool") or {}
+        if isinstance(own, dict) and own.get("dir") == str(pool.root) and own.get("job") == number:
+            with contextlib.suppress(OSError):
+                run.mark_cancelled(f"{meta.get('closed_by') or 'Pool.close()'}: the pool closed while it ran")
 
 
 def close_pool(folder: str | Path) -> None:
