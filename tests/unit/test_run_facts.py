@@ -199,6 +199,20 @@ def test_progress_step_is_the_slowest_ranks_step_and_badges_show_the_same(tmp_pa
     assert [b.step for b in state.badges] == [363, 200]
 
 
+def test_an_ended_script_whose_rank_0_alone_logged_is_at_rank_0s_step(tmp_path):
+    """docs/sweeps.md has a script log on rank 0: rank 1 logs nothing.  Its ended run read "finished · no
+    step logged" beside rank 0's 12 steps, and its sweep trial "steps 0" (a user trial).  A running run
+    still waits for its slowest rank: one that has not logged yet may be behind."""
+    run = _run_folder(tmp_path)
+    _status(run, 0, "finished", 12)
+    _status(run, 1, "finished", 0)
+    _metrics(run, 0, range(1, 13))
+    write_json_atomic(run.summary, {"status": "finished", "script": "train.py", "steps": 12})
+    status = Run(run.root).status()
+    assert status.state == "finished" and status.step == 12, status
+    assert status.progress_line().startswith("finished · step 12"), status.progress_line()
+
+
 def test_step_rate_is_measured_over_logged_time_not_poll_times():
     from workbench.launch.status import step_rate
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -186,9 +186,16 @@ def run_status(run: RunDir, world_size: int, job_done: bool, cancelled: float | 
     (pruned_mark of its run.json)."""
     ranks = rank_statuses(run, world_size, job_done, last_steps(frames), now, lost_after_s)
     state = overall_state(run, ranks, job_done, cancelled, pruned)
-    step = min((r.step for r in ranks), default=0)
+    step = slowest_step(state, ranks, last_steps(frames))
     records = sum(len(np.asarray(f["step"])) for f in frames.values() if "step" in f)
     return RunStatus(state, ranks, step, total_steps, job_state, step_rate(frames), records)
+
+
+def slowest_step(state: str, ranks: Sequence[RankStatus], logged: Mapping[int, int]) -> int:
+    """The run's step: its slowest rank's.  Once the run ended, that of the ranks that logged a step
+    (`logged`: rank -> its last): a script may log on rank 0 alone, and its rank 1 stays at 0."""
+    counted = [r for r in ranks if r.rank in logged] if state in TERMINAL and logged else ranks
+    return min((r.step for r in counted), default=0)
 
 
 def rank_statuses(run: RunDir, world_size: int, job_done: bool, logged: dict[int, int] | None = None,

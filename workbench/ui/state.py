@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from workbench.launch.status import RunStatus, format_eta  # noqa: F401 - format_eta: re-exported
+from workbench.launch.status import RunStatus, format_eta, slowest_step  # noqa: F401 - format_eta: re-exported
 from workbench.results.series import MetricData
 
 if TYPE_CHECKING:
@@ -115,7 +115,8 @@ def on_data_clock(status: RunStatus, data: MetricData) -> RunStatus:
     if not logged:
         return status
     ranks = [dataclasses.replace(r, step=logged.get(r.rank, r.step)) for r in status.ranks]
-    return dataclasses.replace(status, ranks=ranks, step=min((r.step for r in ranks), default=status.step))
+    return dataclasses.replace(status, ranks=ranks, step=slowest_step(status.state, ranks, logged) if ranks
+                               else status.step)
 
 
 def failure_text(failure: RankFailure | None) -> str:
