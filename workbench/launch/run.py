@@ -542,10 +542,11 @@ class Run:
         world, since = (summary.start or {}).get("world_size"), summary.shape_since
         if not len(frame) or (world is None and since is None):
             return frame
-        keep = frame["rank"] < int(world) if world is not None else frame["rank"] >= 0
+        if world is not None:
+            frame = frame[frame["rank"] < int(world)]
         if since is not None and "time" in frame:
-            keep &= frame["time"] >= float(since)
-        return frame[keep]
+            frame = frame[frame["time"] >= float(since)]
+        return frame
 
     def stacks(self) -> dict[int, str]:
         """Python stack dumps of ranks that stalled (rank -> text), written by the ranks themselves."""

@@ -184,9 +184,10 @@ def run_status(run: RunDir, world_size: int, job_done: bool, cancelled: float | 
     the status files (so a rank's final records are in them once its status says it ended);
     `lost_after_s` is the run's dist.lost_after_s; `pruned`: the cancel was a sweep's pruner's
     (pruned_mark of its run.json)."""
-    ranks = rank_statuses(run, world_size, job_done, last_steps(frames), now, lost_after_s)
+    logged = last_steps(frames)
+    ranks = rank_statuses(run, world_size, job_done, logged, now, lost_after_s)
     state = overall_state(run, ranks, job_done, cancelled, pruned)
-    step = slowest_step(state, ranks, last_steps(frames))
+    step = slowest_step(state, ranks, logged)
     records = sum(len(np.asarray(f["step"])) for f in frames.values() if "step" in f)
     return RunStatus(state, ranks, step, total_steps, job_state, step_rate(frames), records)
 
