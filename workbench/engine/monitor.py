@@ -40,6 +40,7 @@ from workbench.engine.mirrors import NoMirrors
 from workbench.engine.userframes import user_traceback
 from workbench.proctree import Proc
 from workbench.runfolder import events
+from workbench.runfolder.causes import KNOCK_ON, KNOCK_ON_TYPES
 from workbench.runfolder.failures import describe, error_record, port_taken, write_error
 from workbench.runfolder.layout import RunDir, write_json_atomic
 from workbench.runfolder.private import replacing
@@ -51,6 +52,9 @@ PORT_TAKEN_EXIT_CODE = 77
 """Rank 0 found the meeting port taken before the ranks met: its agent meets the others on a fresh one."""
 PORT_RETRY_ENV = "WORKBENCH_PORT_RETRY"
 """Set by the agent while a taken port may be retried: such a failure is then not recorded."""
+KNOCK_ON_GRACE_S = 2.0
+"""How long a rank whose collective broke under it waits for the failure of the peer that broke it
+to be on record (then it stops as aborted because of that peer, not as a failure of its own)."""
 PEER_POLL_S = 0.25
 """How often a rank looks for a peer's failure (its error file) between heartbeats."""
 BUSY_CPU_FRACTION = 0.05
@@ -158,10 +162,15 @@ class RankMonitor:
         first (traceback_full has them all); a full disk is named as such, and recorded even then
         (workbench.runfolder.failures.write_error).  A peer's failure seen meanwhile does not stop
         this rank before its own is recorded: every rank that raised keeps its error."""
+        if os.environ.get(PORT_RETRY_ENV) and port_taken(exc) and not self.step:
+            with self._recording:
+                self.failing = True
+            return  # not a failure yet: the agents meet again on a fresh port (worker: PORT_TAKEN_EXIT_CODE)
+        peers = self._failed_under(exc)
+        if peers:
+            self._abort(peers)  # stopped because of a peer, as if this rank had seen its failure first
         with self._recording:  # _abort waits for it, then leaves the ending to this thread
             self.failing = True
-            if os.environ.get(PORT_RETRY_ENV) and port_taken(exc) and not self.step:
-                return  # not a failure yet: the agents meet again on a fresh port (worker: PORT_TAKEN_EXIT_CODE)
             full = "".join(traceback.format_exception(exc))
             kind, message = describe(exc)
             if not self.hang_reported:
@@ -203,6 +212,21 @@ class RankMonitor:
         for writer in (self.metrics, self.events):
             with contextlib.suppress(OSError):
                 writer.close()
+
+    def _failed_under(self, exc: BaseException) -> list[int]:
+        """The peers whose failure broke this rank's collective: `exc` is in the words of a collective
+        broken by someone else, and a peer's failure of this attempt is on record, now or within
+        KNOCK_ON_GRACE_S (a peer whose process ended at once, before this rank's monitor saw its
+        error file, made the connection close first)."""
+        if self.hang_reported:
+            return []  # this rank's hang is the cause; what it raises now is what the hang led to
+        kind, message = describe(exc)
+        if kind not in KNOCK_ON_TYPES and not KNOCK_ON.search(message):
+            return []
+        deadline = time.monotonic() + KNOCK_ON_GRACE_S
+        while not (peers := self.failed_peers()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return peers
 
     def failed_peers(self) -> list[int]:
         """Other ranks with an error file of this attempt."""
