@@ -18,6 +18,12 @@ BUILTIN_OPTIONS = {
 tests/unit/test_task_binding.py holds them to the signatures)."""
 
 
+def runs_own_code(name: str) -> bool:
+    """A run's task name that stands for the user's own script or function (submit_script,
+    submit_fn, `workbench launch`), not a task the engine trains."""
+    return name.startswith(("<function", "<script"))
+
+
 def task_name_problem(name: str) -> str | None:
     """Why `name` cannot name a task (None when it looks usable); imports nothing."""
     if name in BUILTINS or name.startswith("<"):

@@ -36,7 +36,9 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+from workbench.engine import forked
 from workbench.engine.env import DistEnv
+from workbench.engine.forked import Forked
 from workbench.engine.hang import is_users
 from workbench.engine.monitor import (
     PEER_FAILED_EXIT_CODE,
@@ -94,7 +96,7 @@ class RankAgent:
         self.run, self.env, self.worker_args, self.max_restarts = run, env, list(worker_args), max_restarts
         self.job_key, self.requeue = job_key, attempt()
         self.rank = env.rank
-        self.worker: subprocess.Popen[bytes] | None = None
+        self.worker: subprocess.Popen[bytes] | Forked | None = None
         self.proc: Proc | None = None
         self.stop_signal = 0
         self._preempt_handler: Callable[..., Any] | int | None = None
@@ -131,11 +133,7 @@ class RankAgent:
         reserve_error_space(self.run, self.rank)
         self._stderr_from = _stderr_size()
         self.run.elastic_error(self.rank).unlink(missing_ok=True)  # an earlier attempt's
-        self.worker = worker = subprocess.Popen(
-            # the folder whole: its command line names it wherever the worker goes (workbench.launch.ours)
-            [sys.executable, "-m", "workbench.engine.worker", os.path.abspath(self.run.root), *self.worker_args],
-            env=self._worker_env(restart, number), start_new_session=True,
-            preexec_fn=parent_death_signal(signal.SIGKILL), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.worker = worker = self._start_worker(self._worker_env(restart, number))
         self.tee = Tee(worker, self.run.both_streams(self.rank))
         self.proc = Proc.of(worker.pid, group=True) or Proc(worker.pid, 0, worker.pid)
         self._record_procs(number)
@@ -146,6 +144,28 @@ class RankAgent:
         self.tee.close()
         return outcome
 
+    def _start_worker(self, env: dict[str, str]) -> subprocess.Popen[bytes] | Forked:
+        """The worker: forked from this agent when it is warm (forked from a local controller that
+        imported torch for an engine run: workbench.engine.forked), else a fresh process.  Either
+        way in a session of its own, killed by the kernel if this agent dies."""
+        args = [os.path.abspath(self.run.root), *self.worker_args]
+        if forked.warm() and not forked.why_not_fork():
+            from workbench.engine import worker as worker_module
+
+            out_r, out_w = os.pipe()
+            err_r, err_w = os.pipe()
+            child = forked.fork(lambda: worker_module.main(args), env=env, argv=[worker_module.__file__, *args],
+                                stdout=out_w, stderr=err_w, new_session=True, death_signal=signal.SIGKILL)
+            os.close(out_w)
+            os.close(err_w)
+            child.stdout = open(out_r, "rb", buffering=0)  # noqa: SIM115 - closed by the tee
+            child.stderr = open(err_r, "rb", buffering=0)  # noqa: SIM115
+            return child
+        return subprocess.Popen(
+            # the folder whole: its command line names it wherever the worker goes (workbench.launch.ours)
+            [sys.executable, "-m", "workbench.engine.worker", *args], env=env, start_new_session=True,
+            preexec_fn=parent_death_signal(signal.SIGKILL), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
     def _worker_env(self, restart: int, number: int) -> dict[str, str]:
         elastic = self.run.elastic_error(self.rank)
         elastic.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -154,7 +174,7 @@ class RankAgent:
                 **torchrun_env(elastic),
                 **({PORT_RETRY_ENV: "1"} if self.port_retry <= PORT_RETRIES else {})}
 
-    def _watch(self, worker: subprocess.Popen[bytes], number: int) -> str:
+    def _watch(self, worker: subprocess.Popen[bytes] | Forked, number: int) -> str:
         self.supervisor.watch_anew()
         while True:
             code = worker.poll()
@@ -318,7 +338,8 @@ class RankAgent:
         me = Proc.of(os.getpid())
         write_json_atomic(self.run.procs(self.rank), {
             "rank": self.rank, "host": node_name(), "attempt": number, "time": time.time(),
-            "agent": me.to_dict() if me else None, "worker": self.proc.to_dict() if self.proc else None})
+            "agent": me.to_dict() if me else None, "worker": self.proc.to_dict() if self.proc else None,
+            "forked": isinstance(self.worker, Forked)})
 
     def _write_status(self, state: str, number: int) -> None:
         record = {**(read_json(self.run.status(self.rank)) or {}), "rank": self.rank, "state": state,

@@ -27,6 +27,7 @@ import threading
 from pathlib import Path
 from typing import IO, Any
 
+from workbench.engine.forked import Forked
 from workbench.runfolder.private import open_private
 
 CHUNK = 1 << 16
@@ -46,7 +47,7 @@ class Tee:
     """Copy the worker's pipes: each chunk to its stream's destination, each line to `both`
     (None: nowhere until a route mark names a file).  `mark`: the token of route marks to obey."""
 
-    def __init__(self, worker: subprocess.Popen[bytes], both: Path | None, mark: str | None = None):
+    def __init__(self, worker: subprocess.Popen[bytes] | Forked, both: Path | None, mark: str | None = None):
         self.lock = threading.Lock()
         self.mark = _MARK + mark.encode() + b":" if mark else None
         self.streams = [_Stream(self, fd, both) for pipe, fd in ((worker.stdout, 1), (worker.stderr, 2))

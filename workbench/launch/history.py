@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Union
 import numpy as np
 
 from workbench.config.sections import flatten
+from workbench.config.tasknames import runs_own_code
 from workbench.errors import ArgumentError
 from workbench.launch.status import TERMINAL
 from workbench.runfolder.layout import RunDir, run_folders_in
@@ -330,7 +331,7 @@ def own_code(run: Run) -> bool:
     if run.meta.get("function") or run.meta.get("script"):
         return True
     try:
-        return run.config.task.name.startswith(("<function", "<script"))
+        return runs_own_code(run.config.task.name)
     except (OSError, ValueError):
         return False
 

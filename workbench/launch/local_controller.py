@@ -19,8 +19,14 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from submitit.core import _submit as submit_module
+from submitit.core import utils as submitit_utils
+from submitit.core.submission import process_job
 from submitit.local import local as submitit_local
 
+from workbench.config.sections import JobConfig
+from workbench.config.tasknames import runs_own_code
+from workbench.engine import forked
 from workbench.engine.rendezvous import REQUEUES_ENV, RUN_DIR_ENV
 from workbench.launch.ours import say_not_signalled, signallable
 from workbench.proctree import KILL_AFTER_S, Proc, end, leave_quickly, signal_name
@@ -30,6 +36,14 @@ from workbench.runfolder.layout import RunDir, read_json
 STOP_GRACE_S = KILL_AFTER_S + 5.0
 """Agents asked to stop get this long to end their workers before everything left is killed."""
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def engine_run(run: RunDir) -> bool:
+    """The run trains with workbench's engine (a task), not a script or function of the user's."""
+    try:
+        return not runs_own_code(JobConfig.from_yaml(run.config).task.name)
+    except (OSError, ValueError):
+        return False
 
 
 class Controller(submitit_local.Controller):
@@ -50,8 +64,32 @@ class Controller(submitit_local.Controller):
         os.environ[REQUEUES_ENV] = str(self.generation)  # a requeued generation is a new attempt
         self.generation += 1
         self.ended = set()
-        if not self.stop_signal:
+        if self.stop_signal:
+            return
+        folder = self._submitit_folder()
+        if folder is None or forked.why_not_fork():
             super().start_tasks()
+            return
+        # submitit's start_tasks, each task forked from this process instead of a fresh python
+        # (workbench.engine.forked): its log files, environment and `python -u -m submitit.core._submit`
+        self.folder.mkdir(exist_ok=True)
+        paths = [submitit_utils.JobPaths(self.folder, self.pid, k) for k in range(self.ntasks)]
+        self.stdouts = [p.stdout.open("a") for p in paths]
+        self.stderrs = self.stdouts if self.stderr_to_stdout else [p.stderr.open("a") for p in paths]
+        for k in range(self.ntasks):
+            env = {**os.environ, "SUBMITIT_LOCAL_LOCALID": str(k), "SUBMITIT_LOCAL_GLOBALID": str(k),
+                   "SUBMITIT_LOCAL_JOB_ID": self.pid}
+            self.tasks.append(forked.fork(  # type: ignore[arg-type]
+                lambda: process_job(folder), env=env, argv=[submit_module.__file__, folder],
+                stdout=self.stdouts[k].fileno(), stderr=self.stderrs[k].fileno(), unbuffered=True))
+
+    def _submitit_folder(self) -> str | None:
+        """The folder of submitit's task command, when that is the plain `python -u -m
+        submitit.core._submit FOLDER` that a fork can stand for; else None."""
+        command = self.command
+        if len(command) == 5 and command[1:4] == ["-u", "-m", "submitit.core._submit"]:
+            return command[4]
+        return None
 
     def wait(self, freq: int = 24) -> list[int | None]:
         """Until every task ended, a stop was asked for, or the time limit passed (the warning
@@ -116,7 +154,10 @@ class Controller(submitit_local.Controller):
 
 def main(argv: list[str] | None = None) -> Any:
     args = sys.argv[1:] if argv is None else argv
-    Controller(Path(args[0])).run()
+    controller = Controller(Path(args[0]))
+    if engine_run(controller.rundir) and not forked.why_not_fork():
+        forked.preload()  # once for every rank: each agent and worker is forked from here
+    controller.run()
     leave_quickly()  # every agent has ended: Run.wait() waits for this process's exit
 
 

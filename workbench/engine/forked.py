@@ -1,0 +1,238 @@
+"""Ranks started warm: forked from a process that has imported torch, instead of a fresh ``python``
+that imports it again.
+
+A cold rank's start is mostly imports: `import torch` and the torch._dynamo that DDP's constructor
+imports, about 4 of the 5 CPU-seconds each rank's processes spend before the first step here.  For
+an engine run the local controller imports them once (`preload`), forks each rank's agent, and each
+agent forks its worker: N ranks pay for one import and share its memory pages.
+
+The child gets what a fresh process would have: its own session where asked, a parent-death
+signal, stdin/stdout/stderr on the given descriptors, the given environment and sys.argv, the
+signal handlers of a fresh interpreter, fresh RNG seeds (torch's and numpy's; Python's `random`
+reseeds itself at a fork), an empty atexit list.  It leaves with os._exit once its own atexit
+handlers ran and its streams are flushed.  The caller returns only once the child has taken its
+session and descriptors, as Popen returns only after the exec.
+
+Where forking is not safe the caller starts a fresh process as before (`why_not_fork` says why): a
+Python thread running besides the caller's (a fork copies only the calling thread, not the locks
+the others hold), CUDA initialised here (a forked child cannot use it), or WORKBENCH_FORK=0.
+Scripts and functions get a fresh worker always: how their process ends (atexit handlers, files
+left open, threads still running) is the user's business, as under torchrun; the engine's worker
+leaves by os._exit anyway (worker.exit_now)."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import faulthandler
+import gc
+import importlib
+import io
+import logging
+import os
+import signal
+import sys
+import threading
+import traceback
+from collections.abc import Callable, Sequence
+from typing import IO, Any
+
+from workbench.proctree import parent_death_signal
+
+SWITCH_ENV = "WORKBENCH_FORK"
+"""Set to 0 to start every agent and worker as a fresh process."""
+PRELOAD = ("torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo", "torch.distributed.fsdp",
+           "workbench.engine.worker", "workbench.engine.rank")
+"""What an engine rank imports in any case (torch._dynamo: DDP's constructor asks it for its mode)."""
+_FRESH_IGNORED = (signal.SIGPIPE, signal.SIGXFSZ)
+"""Signals a fresh CPython ignores (it sets SIG_IGN for them at start-up)."""
+
+
+def preload() -> None:
+    """Import what every engine rank imports, once, in the process that forks the ranks; then keep
+    the garbage collector off those objects (gc.freeze), so that the children's collections do not
+    write to, and so copy, the pages they share."""
+    for name in PRELOAD:
+        importlib.import_module(name)
+    gc.collect()
+    gc.freeze()
+
+
+def warm() -> bool:
+    """This process has torch imported (it was preloaded, or forked from one that was)."""
+    return "torch" in sys.modules
+
+
+def why_not_fork() -> str:
+    """Why a child cannot be forked from this process now ("" when it can)."""
+    if os.environ.get(SWITCH_ENV, "1").strip() == "0":
+        return f"{SWITCH_ENV}=0"
+    if not hasattr(os, "fork"):
+        return "this platform has no fork"
+    others = [t.name for t in threading.enumerate() if t is not threading.current_thread()]
+    if others:
+        return f"threads running ({', '.join(others[:3])})"
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return "CUDA is initialised in this process"
+    return ""
+
+
+class Forked:
+    """A forked child, handled as a subprocess.Popen is (pid, poll, wait, send_signal, returncode,
+    stdout/stderr as the pipes' read ends where asked for)."""
+
+    def __init__(self, pid: int, stdout: IO[bytes] | None = None, stderr: IO[bytes] | None = None):
+        self.pid, self.stdout, self.stderr = pid, stdout, stderr
+        self.returncode: int | None = None
+        self.args = [f"<forked {pid}>"]
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped elsewhere: its status is lost
+                self.returncode = 255
+            else:
+                if pid:
+                    self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        import time
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                import subprocess
+
+                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+            time.sleep(0.01)
+        assert self.returncode is not None
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+def fork(target: Callable[[], int | None], *, env: dict[str, str], argv: Sequence[str], stdin: int | None = None,
+         stdout: int | None = None, stderr: int | None = None, new_session: bool = False,
+         death_signal: int | None = None, unbuffered: bool = False) -> Forked:
+    """Run `target()` in a forked child as described above; its return value is the exit status.
+    `stdin`/`stdout`/`stderr`: descriptors for the child's 0/1/2 (None: this process's);
+    `unbuffered`: its sys.stdout and sys.stderr unbuffered, as under ``python -u``."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        os.close(ready_r)
+        _child(target, env, argv, (stdin, stdout, stderr), new_session, death_signal, unbuffered, ready_w)
+    os.close(ready_w)
+    with open(ready_r, "rb") as ready:
+        ready.read(1)  # set up (or died trying: the pipe closes either way)
+    return Forked(pid)
+
+
+def _child(target: Callable[[], int | None], env: dict[str, str], argv: Sequence[str],
+           fds: tuple[int | None, int | None, int | None], new_session: bool, death_signal: int | None,
+           unbuffered: bool, ready_w: int) -> None:
+    code = 1
+    try:
+        parent = os.getppid()
+        if new_session:
+            os.setsid()
+        if death_signal is not None:
+            parent_death_signal(death_signal)()
+            if os.getppid() != parent:  # the parent died before the signal was armed
+                os._exit(1)
+        _fresh_signals()
+        for fd, target_fd in zip(fds, (0, 1, 2), strict=True):
+            if fd is not None and fd != target_fd:
+                os.dup2(fd, target_fd)
+        for fd in {fd for fd in fds if fd is not None and fd > 2}:
+            os.close(fd)
+        if unbuffered:
+            sys.stdout = io.TextIOWrapper(io.FileIO(1, "wb", closefd=False), write_through=True)
+            sys.stderr = io.TextIOWrapper(io.FileIO(2, "wb", closefd=False), write_through=True,
+                                          errors="backslashreplace")
+        os.environ.clear()
+        os.environ.update(env)
+        sys.argv = list(argv)
+        atexit._clear()  # the parent's handlers are the parent's
+        logging.shutdown()
+        logging.root.handlers.clear()
+        _fresh_rngs()
+        os.write(ready_w, b"1")
+        os.close(ready_w)
+        code = _exit_code(target)
+    except BaseException:  # noqa: BLE001 - a child never returns into its parent's code
+        with contextlib.suppress(Exception):
+            traceback.print_exc()
+    finally:
+        with contextlib.suppress(BaseException):
+            atexit._run_exitfuncs()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(BaseException):
+                stream.flush()
+        if code == -signal.SIGINT:  # as CPython leaves after an uncaught KeyboardInterrupt
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+        os._exit(code & 0xFF)
+
+
+def _exit_code(target: Callable[[], int | None]) -> int:
+    """What `python -c 'sys.exit(target())'` would exit with (-SIGINT: a KeyboardInterrupt, after
+    which the child kills itself with SIGINT once its atexit handlers ran, as CPython does)."""
+    try:
+        result = target()
+    except SystemExit as exc:
+        result = exc.code  # type: ignore[assignment]
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        return -signal.SIGINT
+    if result is None:
+        return 0
+    if isinstance(result, int):
+        return result & 0xFF
+    print(result, file=sys.stderr)
+    return 1
+
+
+def _fresh_signals() -> None:
+    """Every signal handled as a fresh interpreter handles it, nothing blocked, no faulthandler."""
+    with contextlib.suppress(Exception):
+        faulthandler.disable()
+    signal.set_wakeup_fd(-1)
+    for sig in signal.valid_signals():
+        if sig in (signal.SIGKILL, signal.SIGSTOP):
+            continue
+        with contextlib.suppress(Exception):
+            faulthandler.unregister(sig)
+        with contextlib.suppress(OSError, ValueError):
+            if sig == signal.SIGINT:
+                signal.signal(sig, signal.default_int_handler)
+            elif sig in _FRESH_IGNORED:
+                signal.signal(sig, signal.SIG_IGN)
+            else:
+                signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+
+
+def _fresh_rngs() -> None:
+    """torch's and numpy's default generators seeded anew, as a fresh process seeds them."""
+    torch: Any = sys.modules.get("torch")
+    if torch is not None:
+        torch.seed()
+    numpy_random: Any = sys.modules.get("numpy.random")
+    if numpy_random is not None:
+        numpy_random.seed()
