@@ -169,8 +169,6 @@ def _child(target: Callable[[], int | None], env: dict[str, str], argv: Sequence
         os.environ.update(env)
         sys.argv = list(argv)
         atexit._clear()  # the parent's handlers are the parent's
-        logging.shutdown()
-        logging.root.handlers.clear()
         _fresh_rngs()
         os.write(ready_w, b"1")
         os.close(ready_w)
@@ -181,9 +179,11 @@ def _child(target: Callable[[], int | None], env: dict[str, str], argv: Sequence
     finally:
         with contextlib.suppress(BaseException):
             atexit._run_exitfuncs()
-        for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(BaseException):
+            logging.shutdown()  # what the interpreter's exit would flush (its atexit handler was the parent's)
+        for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
             with contextlib.suppress(BaseException):
-                stream.flush()
+                stream.flush()  # type: ignore[union-attr]
         if code == -signal.SIGINT:  # as CPython leaves after an uncaught KeyboardInterrupt
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGINT)

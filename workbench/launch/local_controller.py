@@ -99,9 +99,9 @@ class Controller(submitit_local.Controller):
         while True:
             codes = [t.poll() for t in self.tasks]
             self._note_ended(codes)
-            if all(c is not None for c in codes):
+            if all(c is not None for c in codes) and (self.tasks or not self.stop_signal):
                 return codes
-            if self.stop_signal:
+            if self.stop_signal:  # (also one that came before any task started: while torch was imported)
                 name = signal.Signals(self.stop_signal).name
                 self.rundir.mark_cancelled(f"{name} to the local controller (pid {os.getpid()})")
                 print(f"[workbench controller] {name}: stopping every rank", flush=True)
