@@ -65,3 +65,16 @@ def test_a_controller_stopped_while_it_imports_torch_starts_no_rank_and_the_run_
     assert run.wait(timeout=120).state == "cancelled"
     assert not any(RunDir(run.folder).procs(rank).exists() for rank in (0, 1))  # no agent started
     assert not run_processes(run.folder)
+
+
+def test_a_controller_that_cannot_preload_torch_says_so_and_the_ranks_report_the_import_error(tmp_path, monkeypatch):
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "sympy.py").write_text("raise ImportError('a sympy.py of the user shadows the package')\n")
+    monkeypatch.setenv("PYTHONPATH", f"{shadow}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    run = workbench.submit(local_cfg(tmp_path, max_steps=4, checkpoint_every_steps=None))
+    assert run.wait(timeout=180).state == "failed"
+    log = RunDir(run.folder).controller_log.read_text()
+    assert "not preloading torch (ImportError: a sympy.py of the user shadows the package)" in log, log
+    assert "shadows the package" in str(run.exception())
+    assert not run_processes(run.folder)

@@ -156,7 +156,11 @@ def main(argv: list[str] | None = None) -> Any:
     args = sys.argv[1:] if argv is None else argv
     controller = Controller(Path(args[0]))
     if engine_run(controller.rundir) and not forked.why_not_fork():
-        forked.preload()  # once for every rank: each agent and worker is forked from here
+        try:
+            forked.preload()  # once for every rank: each agent and worker is forked from here
+        except Exception as exc:  # noqa: BLE001 - each rank then imports it itself, and reports what fails
+            print(f"[workbench controller] not preloading torch ({type(exc).__name__}: {exc}): every rank "
+                  "starts a fresh process", flush=True)
     controller.run()
     leave_quickly()  # every agent has ended: Run.wait() waits for this process's exit
 
