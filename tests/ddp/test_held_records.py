@@ -151,3 +151,48 @@ def test_a_cancel_while_a_reduces_records_are_written_loses_none_of_them(tmp_pat
     assert proc.exitcode == 0
     steps = [json.loads(line)["step"] for line in RunDir(tmp_path).metrics(0).read_text().splitlines()]
     assert sorted(steps) == list(range(1, 22)), steps
+
+
+# --- a collective broken under a rank by a peer that left at once ----------------------------------
+def _broken_under(rank: int, port: int, folder: str, how: str) -> None:
+    os.environ.update(RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    import torch.distributed as dist
+
+    from workbench.engine.monitor import RankMonitor
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    monitor = RankMonitor(RunDir(folder), rank, 2).start()
+    dist.barrier()
+    if rank == 1:
+        if how == "cancelled":
+            RunDir(folder).mark_cancelled("a test, as Run.cancel marks it")
+        else:
+            monitor.fail(RuntimeError("rank 1 failed"))
+        os._exit(0)  # its connections close at once, before rank 0's monitor could look
+    with monitor.reporting():
+        for _ in range(1000):
+            dist.all_reduce(torch.ones(1))  # breaks under it: "Connection closed by peer"
+
+
+@pytest.mark.parametrize("how", ["cancelled", "failed"])
+def test_a_collective_broken_by_a_peer_that_left_at_once_says_why_that_peer_left(tmp_path, how):
+    from workbench.engine.monitor import PEER_FAILED_EXIT_CODE
+
+    ctx = mp.get_context("spawn")
+    port = free_port()
+    procs = [ctx.Process(target=_broken_under, args=(rank, port, str(tmp_path), how)) for rank in (0, 1)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(timeout=120)
+    run = RunDir(tmp_path)
+    status = run.read_status(0) or {}
+    events = [json.loads(line)["event"] for line in run.events(0).read_text().splitlines()]
+    if how == "cancelled":  # a cancel stopped the peer: this rank was stopped by it too, not failed
+        assert (status.get("state"), run.read_error(0)) == ("interrupted", None)
+        assert "interrupted" in events and "error" not in events
+    else:  # the peer failed: this rank stopped because of it, as when its monitor sees the failure first
+        assert procs[0].exitcode == PEER_FAILED_EXIT_CODE
+        assert (status.get("state"), run.read_error(0)) == ("aborted", None)
+        assert "aborted" in events and "error" not in events

@@ -67,8 +67,8 @@ def why_not_fork() -> str:
     """Why a child cannot be forked from this process now ("" when it can)."""
     if os.environ.get(SWITCH_ENV, "1").strip() == "0":
         return f"{SWITCH_ENV}=0"
-    if not hasattr(os, "fork"):
-        return "this platform has no fork"
+    if not sys.platform.startswith("linux"):
+        return "forking after importing torch is safe on Linux only"  # macOS: the Objective-C runtime
     others = [t.name for t in threading.enumerate() if t is not threading.current_thread()]
     if others:
         return f"threads running ({', '.join(others[:3])})"
@@ -125,10 +125,14 @@ class Forked:
 
 def fork(target: Callable[[], int | None], *, env: dict[str, str], argv: Sequence[str], stdin: int | None = None,
          stdout: int | None = None, stderr: int | None = None, new_session: bool = False,
-         death_signal: int | None = None, unbuffered: bool = False) -> Forked:
+         death_signal: int | None = None, unbuffered: bool = False, cwd: str | None = None,
+         umask: int | None = None, command_line: Sequence[str] | None = None, close: Sequence[int] = ()) -> Forked:
     """Run `target()` in a forked child as described above; its return value is the exit status.
     `stdin`/`stdout`/`stderr`: descriptors for the child's 0/1/2 (None: this process's);
-    `unbuffered`: its sys.stdout and sys.stderr unbuffered, as under ``python -u``."""
+    `unbuffered`: its sys.stdout and sys.stderr unbuffered, as under ``python -u``; `cwd`, `umask`:
+    its working folder (also sys.path[0] where that was this one's, as ``python -m`` has it) and
+    umask; `command_line`: what /proc/PID/cmdline (ps, workbench.launch.ours) shows for it, which
+    must fit in this process's (see `fits`); `close`: descriptors of this process the child must not hold."""
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
@@ -136,7 +140,11 @@ def fork(target: Callable[[], int | None], *, env: dict[str, str], argv: Sequenc
     pid = os.fork()
     if pid == 0:  # the child: never returns
         os.close(ready_r)
-        _child(target, env, argv, (stdin, stdout, stderr), new_session, death_signal, unbuffered, ready_w)
+        for fd in close:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        _child(target, env, argv, (stdin, stdout, stderr), new_session, death_signal, unbuffered, ready_w,
+               cwd, umask, command_line)
     os.close(ready_w)
     with open(ready_r, "rb") as ready:
         ready.read(1)  # set up (or died trying: the pipe closes either way)
@@ -145,10 +153,19 @@ def fork(target: Callable[[], int | None], *, env: dict[str, str], argv: Sequenc
 
 def _child(target: Callable[[], int | None], env: dict[str, str], argv: Sequence[str],
            fds: tuple[int | None, int | None, int | None], new_session: bool, death_signal: int | None,
-           unbuffered: bool, ready_w: int) -> None:
+           unbuffered: bool, ready_w: int, cwd: str | None, umask: int | None,
+           command_line: Sequence[str] | None) -> None:
     code = 1
     try:
         parent = os.getppid()
+        if command_line is not None:
+            _show_as(command_line)
+        if umask is not None:
+            os.umask(umask)
+        if cwd is not None:
+            if sys.path and sys.path[0] == os.getcwd():
+                sys.path[0] = cwd
+            os.chdir(cwd)
         if new_session:
             os.setsid()
         if death_signal is not None:
@@ -188,6 +205,47 @@ def _child(target: Callable[[], int | None], env: dict[str, str], argv: Sequence
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGINT)
         os._exit(code & 0xFF)
+
+
+def _argument_area() -> tuple[int, int]:
+    """Where this process's arguments lie in its memory (/proc/self/stat fields 48 and 49)."""
+    with open("/proc/self/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return int(fields[45]), int(fields[46])  # fields 48, 49 counted from pid (1) and comm (2)
+
+
+def fits(command_line: Sequence[str]) -> bool:
+    """`command_line` can be shown as a child's (no longer than this process's own arguments)."""
+    start, end = _argument_area()
+    return len(_encoded(command_line)) <= end - start
+
+
+def _encoded(command_line: Sequence[str]) -> bytes:
+    return b"".join(os.fsencode(arg) + b"\0" for arg in command_line)
+
+
+def _show_as(command_line: Sequence[str]) -> None:
+    """Overwrite this process's arguments in place (as setproctitle does, without moving them), the
+    rest of their area zeroed: /proc/PID/cmdline then reads `command_line`."""
+    import ctypes
+
+    start, end = _argument_area()
+    data = _encoded(command_line)
+    if len(data) > end - start:
+        raise ValueError(f"command line of {len(data)} bytes does not fit in {end - start}")
+    ctypes.memmove(start, data + b"\0" * (end - start - len(data)), end - start)
+
+
+def engine_run(run: Any) -> bool:
+    """The run (a RunDir) trains with workbench's engine (a task), not a script or function of the
+    user's: its ranks may be forked warm."""
+    from workbench.config.sections import JobConfig
+    from workbench.config.tasknames import runs_own_code
+
+    try:
+        return not runs_own_code(JobConfig.from_yaml(run.config).task.name)
+    except (OSError, ValueError):
+        return False
 
 
 def _exit_code(target: Callable[[], int | None]) -> int:

@@ -157,18 +157,25 @@ class RankMonitor:
         self.state = state
         self.write_status()
 
-    def fail(self, exc: BaseException) -> None:
+    def fail(self, exc: BaseException) -> str:
         """Record this rank's exception and traceback (error file, event, status): the user's frames
         first (traceback_full has them all); a full disk is named as such, and recorded even then
         (workbench.runfolder.failures.write_error).  A peer's failure seen meanwhile does not stop
-        this rank before its own is recorded: every rank that raised keeps its error."""
+        this rank before its own is recorded: every rank that raised keeps its error.  A collective
+        broken under this rank by a peer that failed ends it as aborted; by a peer that was stopped (a
+        cancel) or while this rank is stopped itself, it is recorded as interrupted: returns why
+        ("" for a failure)."""
         if os.environ.get(PORT_RETRY_ENV) and port_taken(exc) and not self.step:
             with self._recording:
                 self.failing = True
-            return  # not a failure yet: the agents meet again on a fresh port (worker: PORT_TAKEN_EXIT_CODE)
-        peers = self._failed_under(exc)
+            return ""  # not a failure yet: the agents meet again on a fresh port (worker: PORT_TAKEN_EXIT_CODE)
+        why, peers = self._broken_under(exc)
         if peers:
             self._abort(peers)  # stopped because of a peer, as if this rank had seen its failure first
+        if why:
+            with contextlib.suppress(OSError):
+                self.event(events.INTERRUPTED, reason=why)
+            return why
         with self._recording:  # _abort waits for it, then leaves the ending to this thread
             self.failing = True
             full = "".join(traceback.format_exception(exc))
@@ -183,6 +190,7 @@ class RankMonitor:
             self.event(events.ERROR, type=kind, message=_clip(message, 2000),
                        **({"after": "Hung"} if self.hang_reported else {}))
             self.set_state("failed")
+        return ""
 
     @contextlib.contextmanager
     def reporting(self) -> Iterator[RankMonitor]:
@@ -194,8 +202,8 @@ class RankMonitor:
             self.close("interrupted")
             raise
         except BaseException as exc:
-            self.fail(exc)
-            self.close()
+            stopped = self.fail(exc)
+            self.close("interrupted" if stopped else None)
             raise
 
     def close(self, state: str | None = None) -> None:
@@ -213,20 +221,30 @@ class RankMonitor:
             with contextlib.suppress(OSError):
                 writer.close()
 
-    def _failed_under(self, exc: BaseException) -> list[int]:
-        """The peers whose failure broke this rank's collective: `exc` is in the words of a collective
-        broken by someone else, and a peer's failure of this attempt is on record, now or within
-        KNOCK_ON_GRACE_S (a peer whose process ended at once, before this rank's monitor saw its
-        error file, made the connection close first)."""
+    def _broken_under(self, exc: BaseException) -> tuple[str, list[int]]:
+        """Whether `exc`, in the words of a collective broken by someone else, came of a peer's end:
+        ("", peers) when a peer's failure of this attempt is on record, now or within
+        KNOCK_ON_GRACE_S (a peer whose process ended at once closed the connection before this rank's
+        monitor saw its error file); (why, []) when the run was cancelled, or this rank was asked to
+        stop meanwhile (its own SIGTERM lands after its peer's made that peer leave); ("", []) else."""
         if self.hang_reported:
-            return []  # this rank's hang is the cause; what it raises now is what the hang led to
+            return "", []  # this rank's hang is the cause; what it raises now is what the hang led to
         kind, message = describe(exc)
         if kind not in KNOCK_ON_TYPES and not KNOCK_ON.search(message):
-            return []
+            return "", []
         deadline = time.monotonic() + KNOCK_ON_GRACE_S
-        while not (peers := self.failed_peers()) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return peers
+        try:
+            while True:
+                peers = self.failed_peers()
+                if peers:
+                    return "", peers
+                if (self.run.read_meta() or {}).get("cancelled"):
+                    return "cancelled", []
+                if time.monotonic() >= deadline:
+                    return "", []
+                time.sleep(0.05)
+        except KeyboardInterrupt as stop:  # SIGTERM, SIGHUP (worker.Terminated) or Ctrl-C meanwhile
+            return type(stop).__name__, []
 
     def failed_peers(self) -> list[int]:
         """Other ranks with an error file of this attempt."""

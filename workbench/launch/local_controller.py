@@ -24,8 +24,6 @@ from submitit.core import utils as submitit_utils
 from submitit.core.submission import process_job
 from submitit.local import local as submitit_local
 
-from workbench.config.sections import JobConfig
-from workbench.config.tasknames import runs_own_code
 from workbench.engine import forked
 from workbench.engine.rendezvous import REQUEUES_ENV, RUN_DIR_ENV
 from workbench.launch.ours import say_not_signalled, signallable
@@ -36,14 +34,6 @@ from workbench.runfolder.layout import RunDir, read_json
 STOP_GRACE_S = KILL_AFTER_S + 5.0
 """Agents asked to stop get this long to end their workers before everything left is killed."""
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-
-
-def engine_run(run: RunDir) -> bool:
-    """The run trains with workbench's engine (a task), not a script or function of the user's."""
-    try:
-        return not runs_own_code(JobConfig.from_yaml(run.config).task.name)
-    except (OSError, ValueError):
-        return False
 
 
 class Controller(submitit_local.Controller):
@@ -66,7 +56,7 @@ class Controller(submitit_local.Controller):
         self.ended = set()
         if self.stop_signal:
             return
-        folder = self._submitit_folder()
+        folder = self.task_folder()
         if folder is None or forked.why_not_fork():
             super().start_tasks()
             return
@@ -83,7 +73,7 @@ class Controller(submitit_local.Controller):
                 lambda: process_job(folder), env=env, argv=[submit_module.__file__, folder],
                 stdout=self.stdouts[k].fileno(), stderr=self.stderrs[k].fileno(), unbuffered=True))
 
-    def _submitit_folder(self) -> str | None:
+    def task_folder(self) -> str | None:
         """The folder of submitit's task command, when that is the plain `python -u -m
         submitit.core._submit FOLDER` that a fork can stand for; else None."""
         command = self.command
@@ -155,7 +145,7 @@ class Controller(submitit_local.Controller):
 def main(argv: list[str] | None = None) -> Any:
     args = sys.argv[1:] if argv is None else argv
     controller = Controller(Path(args[0]))
-    if engine_run(controller.rundir) and not forked.why_not_fork():
+    if forked.engine_run(controller.rundir) and not forked.why_not_fork():
         try:
             forked.preload()  # once for every rank: each agent and worker is forked from here
         except Exception as exc:  # noqa: BLE001 - each rank then imports it itself, and reports what fails
