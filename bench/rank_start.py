@@ -1,13 +1,16 @@
-"""What starting a run's ranks costs: forked from a local controller that imported torch once
-(workbench.engine.forked, the default for engine runs) vs every agent and worker a fresh process
-(WORKBENCH_FORK=0), alternating rounds, a fresh interpreter a run.
+"""What starting runs costs a session that submits several, as a notebook does: the default (each
+engine run's ranks forked from a controller that imported torch once, workbench.engine.forked; from
+the third run on, that controller forked from the session's warm starter, workbench.launch.starter)
+vs every controller, agent and worker a fresh process (WORKBENCH_FORK=0).  Alternating rounds, a
+fresh interpreter a session.
 
-    python bench/rank_start.py --rounds 5 [--ranks 2] [--steps 5]
+    python bench/rank_start.py --rounds 3 [--runs 4] [--ranks 2] [--steps 5]
 
-Per run: CPU-seconds of the whole process tree (the submitting interpreter, the local controller, the
-agents, the workers: every one of them is reaped by its parent, so RUSAGE_CHILDREN holds them all),
-and seconds from `workbench.submit` returning to rank 0's first logged step.  Prints the medians
-and the median ratios (forked / fresh)."""
+Per session: CPU-seconds of everything it ran (the submitting interpreter and every process it
+reaped, which holds the controllers it started and, through them, the agents and workers; plus the
+starter and what it reaped, read from /proc before the session ends), and for each run the seconds
+from `workbench.submit` returning to rank 0's first logged step.  Prints medians, and median ratios
+(default / fresh) of the session's CPU and of each run's latency."""
 
 from __future__ import annotations
 
@@ -21,52 +24,70 @@ import sys
 import tempfile
 import textwrap
 
-CHILD = textwrap.dedent("""
-    import json, sys, time
+SESSION = textwrap.dedent("""
+    import json, os, sys, time
     import workbench
     from workbench.config import JobConfig
-    cfg = JobConfig.from_dict({"task": {"name": "synthetic"}, "train": {"max_steps": int(sys.argv[2]),
+    from workbench.launch import starter
+    root, runs, steps, ranks = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    cfg = JobConfig.from_dict({"task": {"name": "synthetic"}, "train": {"max_steps": steps,
                                "checkpoint_every_steps": None},
-                               "dist": {"procs_per_node": int(sys.argv[3])}, "launch": {"run_root": sys.argv[1]}})
-    start = time.time()
-    run = workbench.submit(cfg)
-    submitted = time.time()
-    status = run.wait(timeout=300)
-    first = run.metrics().query("rank == 0")["time"].min()
-    print(json.dumps({"state": status.state, "first_step_s": first - submitted, "submit_s": submitted - start}))
+                               "dist": {"procs_per_node": ranks}, "launch": {"run_root": root}})
+    latencies = []
+    for _ in range(runs):
+        run = workbench.submit(cfg)
+        submitted = time.time()
+        assert run.wait(timeout=300).state == "finished"
+        latencies.append(float(run.metrics().query("rank == 0")["time"].min() - submitted))
+        if starter._current is not None:  # as a user between cells: the starter has time to warm up
+            deadline = time.monotonic() + 60
+            while not starter._current.usable(dict(os.environ)) and time.monotonic() < deadline:
+                time.sleep(0.1)
+    starter_cpu = 0.0
+    if starter._current is not None and starter._current.process.poll() is None:
+        with open(f"/proc/{starter._current.process.pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        starter_cpu = sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # utime stime cutime cstime
+    print(json.dumps({"latencies": latencies, "starter_cpu": starter_cpu}))
     """)
 
 
-def one(mode: str, root: str, steps: int, ranks: int) -> dict[str, float]:
-    env = {**os.environ, "WORKBENCH_FORK": "1" if mode == "forked" else "0"}
+def session(mode: str, root: str, runs: int, steps: int, ranks: int) -> dict[str, object]:
+    env = {**os.environ, "WORKBENCH_FORK": "1" if mode == "default" else "0"}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    done = subprocess.run([sys.executable, "-c", CHILD, root, str(steps), str(ranks)], env=env,
-                          capture_output=True, text=True, timeout=600, check=True)
+    done = subprocess.run([sys.executable, "-c", SESSION, root, str(runs), str(steps), str(ranks)], env=env,
+                          capture_output=True, text=True, timeout=1200, check=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["state"] == "finished", result
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"cpu_s": cpu, "first_step_s": result["first_step_s"]}
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime) + result["starter_cpu"]
+    return {"cpu_s": cpu, "latencies": result["latencies"]}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=4)
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--steps", type=int, default=5)
     args = parser.parse_args()
-    figures: dict[str, list[dict[str, float]]] = {"forked": [], "fresh": []}
+    rows: dict[str, list[dict[str, object]]] = {"default": [], "fresh": []}
     with tempfile.TemporaryDirectory() as root:
         for round_ in range(args.rounds):
-            for mode in (("forked", "fresh") if round_ % 2 == 0 else ("fresh", "forked")):
-                figures[mode].append(one(mode, root, args.steps, args.ranks))
-                print(mode, figures[mode][-1], "load", os.getloadavg()[0], flush=True)
-    summary = {mode: {key: statistics.median(r[key] for r in rows) for key in ("cpu_s", "first_step_s")}
-               for mode, rows in figures.items()}
-    ratios = {key: statistics.median(f[key] / c[key] for f, c in zip(figures["forked"], figures["fresh"]))
-              for key in ("cpu_s", "first_step_s")}
-    print(json.dumps({"ranks": args.ranks, "steps": args.steps, "rounds": args.rounds, "median": summary,
-                      "median_ratio_forked_over_fresh": ratios}, indent=1))
+            for mode in (("default", "fresh") if round_ % 2 == 0 else ("fresh", "default")):
+                rows[mode].append(session(mode, root, args.runs, args.steps, args.ranks))
+                print(mode, json.dumps(rows[mode][-1]), "load", os.getloadavg()[0], flush=True)
+    cpu = {mode: statistics.median(float(r["cpu_s"]) for r in found) for mode, found in rows.items()}
+    latency = {mode: [statistics.median(float(r["latencies"][i]) for r in found)  # type: ignore[index]
+                      for i in range(args.runs)] for mode, found in rows.items()}
+    print(json.dumps({
+        "ranks": args.ranks, "runs_a_session": args.runs, "steps": args.steps, "rounds": args.rounds,
+        "median_session_cpu_s": cpu, "median_first_step_s_by_run": latency,
+        "median_ratio_default_over_fresh": {
+            "session_cpu": statistics.median(float(d["cpu_s"]) / float(f["cpu_s"])
+                                             for d, f in zip(rows["default"], rows["fresh"])),
+            "first_step_by_run": [statistics.median(float(d["latencies"][i]) / float(f["latencies"][i])  # type: ignore[index]
+                                                    for d, f in zip(rows["default"], rows["fresh"]))
+                                  for i in range(args.runs)]}}, indent=1))
 
 
 if __name__ == "__main__":

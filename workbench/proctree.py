@@ -99,13 +99,15 @@ def group_members(pgid: int) -> list[int]:
 
 
 def command_line(pid: int) -> list[str] | None:
-    """The process's arguments (/proc/PID/cmdline); None when it is gone or they cannot be read."""
+    """The process's arguments (/proc/PID/cmdline); None when it is gone or they cannot be read.
+    Trailing empty ones are dropped: a process forked warm shows its own arguments in its parent's
+    argument area, the rest of it zeroed (workbench.engine.forked)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            data = fh.read()
+            data = fh.read().rstrip(b"\0")
     except OSError:
         return None
-    return [part.decode(errors="replace") for part in data.split(b"\0")[:-1]] if data else None
+    return [part.decode(errors="replace") for part in data.split(b"\0")] if data else None
 
 
 def working_folder(pid: int) -> str | None:

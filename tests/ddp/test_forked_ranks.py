@@ -1,13 +1,18 @@
 """An engine run's ranks are forked from a local controller that imported torch once
 (workbench.engine.forked) and train exactly as fresh processes do; a script's rank is a fresh
 process, as under torchrun; WORKBENCH_FORK=0 starts every rank fresh; a controller stopped while it
-imports torch starts no rank, and the run reads cancelled."""
+imports torch starts no rank, and the run reads cancelled; a session's later controllers are forked
+from its warm starter (workbench.launch.starter) while it matches, and the starter leaves with it."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -78,3 +83,75 @@ def test_a_controller_that_cannot_preload_torch_says_so_and_the_ranks_report_the
     assert "not preloading torch (ImportError: a sympy.py of the user shadows the package)" in log, log
     assert "shadows the package" in str(run.exception())
     assert not run_processes(run.folder)
+
+
+SESSION = r'''
+import json, os, signal, sys, time
+import workbench
+from workbench.config import JobConfig
+from workbench.launch import starter
+from workbench.proctree import command_line
+from workbench.runfolder.layout import RunDir, read_json
+
+cfg = JobConfig.from_dict({"task": {"name": "synthetic", "options": {"n_train": 512, "n_val": 64}},
+                           "train": {"max_steps": 6, "checkpoint_every_steps": None},
+                           "dist": {"procs_per_node": 2}, "launch": {"run_root": sys.argv[1]}})
+facts = []
+
+def one(note):
+    run = workbench.submit(cfg)
+    process = run.job._process
+    shown = command_line(process.pid)
+    state = run.wait(timeout=120).state
+    losses = run.metrics().sort_values(["step", "rank"])["loss"].tolist()
+    forked = [bool((read_json(RunDir(run.folder).procs(r)) or {}).get("forked")) for r in (0, 1)]
+    facts.append({"note": note, "state": state, "controller": type(process).__name__, "shown": shown,
+                  "folder": str(run.folder), "losses": losses, "forked": forked, "code": process.poll()})
+
+one("first")                       # a fresh controller
+one("second")                      # a fresh controller; the starter starts beside it
+deadline = time.monotonic() + 60
+while not starter._current.usable(dict(os.environ)) and time.monotonic() < deadline:
+    time.sleep(0.1)                # its imports done
+one("third")                       # forked from the starter
+os.environ["SOME_SETTING"] = "1"
+one("other environment")           # a fresh controller: the starter imported without it
+del os.environ["SOME_SETTING"]
+one("environment back")            # the starter again
+first_starter = starter._current.process.pid
+os.kill(first_starter, signal.SIGKILL)
+starter._current.process.wait()
+one("starter killed")              # a fresh controller, and a new starter for the next run
+second_starter = starter._current
+deadline = time.monotonic() + 60
+while not second_starter.usable(dict(os.environ)) and time.monotonic() < deadline:
+    time.sleep(0.1)
+starter.code_stamp = lambda: 0.0   # workbench's files changed on disk since the starter imported them
+one("code changed")                # a fresh controller; that starter is closed and a new one started
+second_starter.process.wait(30)    # it left when its socket closed
+print(json.dumps({"runs": facts, "starters": [first_starter, second_starter.process.pid,
+                                              starter._current.process.pid]}))
+'''
+
+
+def test_a_session_forks_its_later_controllers_from_one_warm_starter_that_leaves_with_it(tmp_path):
+    done = subprocess.run([sys.executable, "-c", SESSION, str(tmp_path / "runs")], capture_output=True, text=True,
+                          timeout=220, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    runs = {r["note"]: r for r in result["runs"]}
+    assert [r["state"] for r in result["runs"]] == ["finished"] * 7
+    kinds = {note: r["controller"] for note, r in runs.items()}
+    assert kinds == {"first": "Popen", "second": "Popen", "third": "StartedController", "other environment": "Popen",
+                     "environment back": "StartedController", "starter killed": "Popen", "code changed": "Popen"}
+    for r in result["runs"]:
+        assert r["forked"] == [True, True] and r["code"] == 0
+        assert r["losses"] == runs["first"]["losses"]  # the same seeds and data: bit for bit
+        # a forked controller shows the command line a fresh one has (workbench.launch.ours checks it)
+        assert r["shown"][1:] == ["-m", "workbench.launch.local_controller", str(Path(r["folder"]) / "logs")]
+    deadline = time.monotonic() + 10
+    while any(Proc.of(pid) for pid in result["starters"]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in result["starters"] if Proc.of(pid)]  # gone with the session
+    for r in result["runs"]:
+        assert not run_processes(Path(r["folder"]))

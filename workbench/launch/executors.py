@@ -22,6 +22,7 @@ from workbench.config.sections import JobConfig
 from workbench.config.validate import parse_time_limit
 from workbench.engine.rendezvous import RUN_DIR_ENV, RankContract, free_port
 from workbench.errors import SubmitError
+from workbench.launch import starter
 from workbench.proctree import parent_death_signal
 from workbench.runfolder.layout import RunDir
 from workbench.runfolder.private import open_private
@@ -51,10 +52,13 @@ class LocalExecutor(submitit.LocalExecutor):
                "SUBMITIT_LOCAL_NODEID": "0", "SUBMITIT_LOCAL_JOB_NUM_NODES": "1", "SUBMITIT_STDERR_TO_STDOUT": "",
                "SUBMITIT_EXECUTOR": "local", "SUBMITIT_LOCAL_WITH_SHELL": "", RUN_DIR_ENV: str(self.run.root)}
         preexec = parent_death_signal(signal.SIGTERM) if self.stop_with_caller else None
-        with open_private(self.run.controller_log, "ab") as log:  # not the caller's terminal or pipes
-            process = subprocess.Popen([sys.executable, "-m", "workbench.launch.local_controller",
-                                        str(self.folder)], env=env, start_new_session=True, preexec_fn=preexec,
-                                       stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        controller = [sys.executable, "-m", "workbench.launch.local_controller", str(self.folder)]
+        with open_private(self.run.controller_log, "ab") as log, open(os.devnull, "rb") as devnull:
+            # not the caller's terminal or pipes; forked warm from this process's starter where it can be
+            process: Any = starter.controller(controller, env, devnull.fileno(), log.fileno(), self.stop_with_caller)
+            if process is None:
+                process = subprocess.Popen(controller, env=env, start_new_session=True, preexec_fn=preexec,
+                                           stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
         return submitit.local.local.LocalJob(folder=self.folder, job_id=str(process.pid), process=process,
                                              tasks=list(range(ntasks)))
 

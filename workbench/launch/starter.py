@@ -1,0 +1,287 @@
+"""The warm starter of a submitting process: a child of it that has imported torch and the local
+controller once, from which each later local run's controller is forked.
+
+An engine run's controller imports torch once for all of its ranks (workbench.engine.forked).  A
+process that starts many runs (a notebook kernel, a sweep's driver, a pool's owner, a test session)
+would still pay that import, about 4 CPU-seconds, for every run; with a starter it pays it once:
+
+- The first two local runs of the process are started as before (a fresh controller), the second
+  starting the starter beside it (a script that submits one run pays no import for a starter it would
+  not use); from then on, each controller is forked from the starter once it has finished importing.
+  `workbench run` and other one-run callers (`stop_with_caller`) start none.
+- A forked controller gets what Popen would give a fresh one: its environment, working folder, umask,
+  stdin and log, its own session (it outlives the kernel as before), the signals and RNG seeds of a
+  fresh process, and the command line a fresh one shows (`python -m workbench.launch.local_controller
+  <run>/logs`), which workbench.launch.ours checks before any signal.
+- It is used only while it matches: a run whose environment differs from the starter's (besides what
+  each run sets), or one submitted after workbench's files changed on disk, gets a fresh controller,
+  and the starter is replaced for the runs after it.
+- The starter dies with the submitting process (parent-death signal) and leaves by itself when the
+  socket to it closes.  It reaps the controllers it forked and tells their exit status on request (a
+  controller killed by a signal is written down by its submitter: Run._controller_seen_dying).
+- Nothing else reaches it: it listens on one end of a socket pair that only its submitter holds.
+
+Started by ``python -m workbench.launch.starter FD PADDING`` (PADDING reserves room in its argument
+area for a forked controller's command line)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from workbench.engine import forked
+from workbench.engine.rendezvous import RUN_DIR_ENV
+from workbench.proctree import parent_death_signal
+
+PADDING = 4096
+"""Bytes of argument area the starter reserves for a controller's command line (a run folder's path)."""
+PER_RUN = (RUN_DIR_ENV, "PYTEST_CURRENT_TEST")
+"""Environment variables that differ from run to run without bearing on what is imported: what each
+run's controller gets of its own (with every SUBMITIT_*), and the test pytest is running."""
+REPLY_S = 30.0
+"""How long the submitting side waits for the starter's answer before it starts a fresh controller."""
+_HEADER = struct.Struct("!I")
+
+
+# --- the submitting side ----------------------------------------------------------------------------
+class StartedController:
+    """A controller forked by the starter, handled as the Popen of a fresh one is: its exit status
+    comes from the starter that reaps it."""
+
+    def __init__(self, pid: int, starter: Starter):
+        self.pid, self.starter = pid, starter
+        self.returncode: int | None = None
+        self.args = ["<controller forked by the starter>"]
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self.starter.exit_status(self.pid)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+            time.sleep(0.02)
+        assert self.returncode is not None
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+class Starter:
+    """This process's handle on its starter (one at a time: `controller`)."""
+
+    def __init__(self, env: dict[str, str]):
+        self.env, self.code_stamp = _comparable(env), code_stamp()
+        ours, theirs = socket.socketpair()
+        ours.settimeout(REPLY_S)
+        self.sock, self.lock, self.ready = ours, threading.Lock(), False
+        with theirs:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "workbench.launch.starter", str(theirs.fileno()), " " * PADDING],
+                env=env, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, start_new_session=True, preexec_fn=parent_death_signal(signal.SIGKILL))
+        self.statuses: dict[int, int] = {}
+
+    def usable(self, env: dict[str, str]) -> bool:
+        """Ready (its imports done), alive, and started from this environment and code."""
+        if self.process.poll() is not None:
+            return False
+        if not self.ready:
+            readable, _, _ = select.select([self.sock], [], [], 0)
+            if not readable:
+                return False
+            with self.lock:
+                self.ready = bool(_receive(self.sock)[0].get("ready"))
+        return self.ready and _comparable(env) == self.env and code_stamp() == self.code_stamp
+
+    def fork_controller(self, command: list[str], env: dict[str, str], stdin: int, log: int,
+                        ) -> StartedController | None:
+        """A controller for `command` (python -m workbench.launch.local_controller FOLDER), or None
+        where the starter cannot start it (then start a fresh one)."""
+        request = {"op": "start", "folder": command[-1], "command_line": command, "env": env, "cwd": os.getcwd(),
+                   "umask": _umask()}
+        with self.lock:
+            try:
+                _send(self.sock, request, [stdin, log])
+                reply, _ = _receive(self.sock)
+            except OSError:
+                return None
+        pid = reply.get("pid")
+        return StartedController(int(pid), self) if isinstance(pid, int) else None
+
+    def exit_status(self, pid: int) -> int | None:
+        """The controller's exit status once it ended (None while it runs; 0 when the starter is gone
+        and the controller too: its status was lost with it)."""
+        if pid in self.statuses:
+            return self.statuses[pid]
+        with self.lock:
+            try:
+                _send(self.sock, {"op": "status", "pid": pid}, [])
+                reply, _ = _receive(self.sock)
+            except OSError:
+                reply = {"code": None if _alive(pid) else 0}
+        code = reply.get("code")
+        if isinstance(code, int):
+            self.statuses[pid] = code
+        return code if isinstance(code, int) else None
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()  # the starter leaves when its end closes
+        with contextlib.suppress(Exception):
+            self.process.wait(5)
+
+
+_current: Starter | None = None
+_current_lock = threading.Lock()
+_local_runs = 0
+"""Local runs this process started (its starter is started with the second)."""
+START_WITH_RUN = 2
+
+
+def controller(command: list[str], env: dict[str, str], stdin: int, log: int,
+               stop_with_caller: bool) -> StartedController | None:
+    """This run's controller forked from this process's starter, or None: start a fresh one.  A
+    starter that died or imported older code than is on disk now is replaced for the runs after this
+    one; one whose environment differs from this run's is kept for the runs that match it.  A one-run
+    caller's run (`stop_with_caller`: its controller must die with the caller) neither uses nor starts one."""
+    global _current, _local_runs
+    _local_runs += 1
+    if stop_with_caller or forked.why_not_fork() == f"{forked.SWITCH_ENV}=0" or not sys.platform.startswith("linux"):
+        return None  # a one-run caller's controller dies with the caller: a fresh one, its child
+    with _current_lock:
+        starter = _current
+        if starter is not None and starter.usable(env):
+            started = starter.fork_controller(command, env, stdin, log)
+            if started is not None:
+                return started
+        if starter is not None and (starter.process.poll() is not None
+                                    or (starter.ready and code_stamp() != starter.code_stamp)):
+            starter.close()  # gone, or it runs older code than is on disk: replace it
+            _current = starter = None
+        if starter is None and _local_runs >= START_WITH_RUN:
+            with contextlib.suppress(OSError):
+                _current = Starter(env)
+        return None
+
+
+def code_stamp() -> float:
+    """The newest modification time of workbench's own files: a starter that imported older code
+    than what is on disk now is not used."""
+    root = Path(__file__).resolve().parent.parent
+    return max((p.stat().st_mtime for p in root.rglob("*.py")), default=0.0)
+
+
+def _comparable(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k not in PER_RUN and not k.startswith("SUBMITIT_")}
+
+
+def _umask() -> int:
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _send(sock: socket.socket, message: dict[str, Any], fds: list[int]) -> None:
+    data = json.dumps(message).encode()
+    socket.send_fds(sock, [_HEADER.pack(len(data)) + data], fds)
+
+
+def _receive(sock: socket.socket) -> tuple[dict[str, Any], list[int]]:
+    head, fds, _, _ = socket.recv_fds(sock, _HEADER.size, 8)
+    if len(head) < _HEADER.size:
+        raise OSError("the other end closed")
+    (size,) = _HEADER.unpack(head)
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            raise OSError("the other end closed")
+        data += chunk
+    return json.loads(data), list(fds)
+
+
+# --- the starter itself -----------------------------------------------------------------------------
+def serve(sock: socket.socket) -> None:
+    """Import what every controller and engine rank imports, say so, then fork a controller per
+    request and tell exit statuses, until the submitting side closes its end."""
+    from workbench.launch import local_controller
+
+    forked.preload()
+    _send(sock, {"ready": True, "pid": os.getpid()}, [])
+    children: dict[int, forked.Forked] = {}
+    while True:
+        readable, _, _ = select.select([sock], [], [], 1.0)
+        for child in list(children.values()):
+            child.poll()  # reap the ended
+        if not readable:
+            continue
+        try:
+            request, fds = _receive(sock)
+        except OSError:
+            return  # the submitting process closed its end, or died
+        try:
+            reply = _handle(request, fds, children, local_controller.main, local_controller.__file__, sock)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        _send(sock, reply, [])
+
+
+def _handle(request: dict[str, Any], fds: list[int], children: dict[int, forked.Forked], main: Any,
+            main_file: str, sock: socket.socket) -> dict[str, Any]:
+    if request.get("op") == "status":
+        child = children.get(int(request["pid"]))
+        return {"code": child.poll() if child is not None else 0}
+    command_line = [str(a) for a in request["command_line"]]
+    if len(fds) != 2 or forked.why_not_fork() or not forked.fits(command_line):
+        return {"pid": None}
+    folder = str(request["folder"])
+    child = forked.fork(lambda: main([folder]), env=dict(request["env"]), argv=[main_file, folder], stdin=fds[0],
+                        stdout=fds[1], stderr=fds[1], new_session=True, cwd=str(request["cwd"]),
+                        umask=int(request["umask"]), command_line=command_line, close=[sock.fileno()])
+    children[child.pid] = child
+    return {"pid": child.pid}
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    with socket.socket(fileno=int(args[0])) as sock:
+        serve(sock)
+
+
+if __name__ == "__main__":
+    main()
