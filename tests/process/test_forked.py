@@ -1,8 +1,8 @@
 """workbench.engine.forked, in fresh interpreters (a pytest worker has threads of its own, and is not
 forked): a forked child has what a fresh process has (its environment, argv, session, output files,
 the signal handlers and RNG seeds of a fresh interpreter, its own atexit handlers and exit status),
-dies with its parent when asked, and a process with a thread running or WORKBENCH_FORK=0 says why it
-does not fork."""
+dies with its parent when asked, and a process with a thread running, the CUDA driver loaded or
+WORKBENCH_FORK=0 says why it does not fork."""
 from __future__ import annotations
 
 import json
@@ -120,3 +120,22 @@ def test_a_process_says_why_it_does_not_fork():
     done = subprocess.run([sys.executable, "-c", "from workbench.engine import forked; print(forked.why_not_fork())"],
                           capture_output=True, text=True, timeout=30, cwd=REPO, env={**os.environ, "WORKBENCH_FORK": "0"})
     assert done.stdout.strip() == "WORKBENCH_FORK=0", done.stderr
+
+
+def test_a_process_with_the_cuda_driver_mapped_does_not_fork(tmp_path):
+    """What the CUDA runtime leaves once called (libcuda mapped into the process), shown by mapping a
+    file of that name: such a process's forked children could not use CUDA."""
+    driver = tmp_path / "libcuda.so.1"
+    driver.write_bytes(b"\0" * 4096)
+    code = textwrap.dedent(f"""
+        import mmap
+        from workbench.engine import forked
+        before = forked.why_not_fork()
+        with open({str(driver)!r}, "rb") as fh:
+            mapped = mmap.mmap(fh.fileno(), 0, prot=mmap.PROT_READ)
+        print(repr(before), repr(forked.why_not_fork()))
+        """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30, cwd=REPO,
+                          env={**os.environ, "WORKBENCH_FORK": "1"})
+    assert done.stdout.strip() == "'' 'the CUDA driver is loaded in this process'", done.stderr
+

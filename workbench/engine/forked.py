@@ -15,7 +15,8 @@ session and descriptors, as Popen returns only after the exec.
 
 Where forking is not safe the caller starts a fresh process as before (`why_not_fork` says why): a
 Python thread running besides the caller's (a fork copies only the calling thread, not the locks
-the others hold), CUDA initialised here (a forked child cannot use it), or WORKBENCH_FORK=0.
+the others hold), CUDA initialised here or its driver loaded (a forked child could not use it), not
+Linux, or WORKBENCH_FORK=0.
 Scripts and functions get a fresh worker always: how their process ends (atexit handlers, files
 left open, threads still running) is the user's business, as under torchrun; the engine's worker
 leaves by os._exit anyway (worker.exit_now)."""
@@ -75,7 +76,19 @@ def why_not_fork() -> str:
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         return "CUDA is initialised in this process"
+    if _driver_loaded():
+        return "the CUDA driver is loaded in this process"  # something called CUDA: its children could not
     return ""
+
+
+def _driver_loaded() -> bool:
+    """libcuda is mapped into this process: the CUDA runtime was called (it loads the driver lazily, at
+    its first call), and a forked child's CUDA calls would fail."""
+    try:
+        with open("/proc/self/maps") as fh:
+            return any("libcuda.so" in line for line in fh)
+    except OSError:
+        return False
 
 
 class Forked:
