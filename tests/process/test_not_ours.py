@@ -184,3 +184,32 @@ def test_a_process_of_ours_that_our_folder_names_is_still_ended(tmp_path):
         if stand_in.poll() is None:
             stand_in.kill()
             stand_in.wait()
+
+
+def _blank(seconds: float) -> subprocess.Popen:
+    """A process of ours in a group of its own whose command line reads empty, as one caught in its
+    exit does (its argument area zeroed), for `seconds`."""
+    code = ("from workbench.engine.forked import _show_as; import time; _show_as([]); "
+            f"print('blank', flush=True); time.sleep({seconds})")
+    process = subprocess.Popen([sys.executable, "-c", code], start_new_session=True, stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None and process.stdout.readline().strip() == "blank"
+    return process
+
+
+def test_a_named_process_that_ends_while_it_is_checked_is_neither_signalled_nor_refused(tmp_path):
+    """A process caught in its exit no longer shows a command line (a warm-forked controller leaves in a
+    moment): gone within the check's half second, it is not a stranger, and no line says it was left
+    alone; one that stays is refused as before."""
+    from workbench.launch.ours import signallable
+    from workbench.launch.run import ROLES
+
+    run = _failed_run(tmp_path, "ours")
+    for seconds, expected in ((0.1, 0), (600, 1)):
+        process = _blank(seconds)
+        try:
+            _naming(run, Proc.of(process.pid, group=True))
+            ours, refused = signallable(run, ROLES)
+            assert (ours, len(refused)) == ([], expected), refused
+        finally:
+            process.kill()
+            process.wait(timeout=30)

@@ -17,6 +17,7 @@ What fails the check is left alone, and one NotSignalledWarning line says why.""
 from __future__ import annotations
 
 import os
+import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -48,6 +49,8 @@ def signallable(run: RunDir, roles: Sequence[str]) -> tuple[list[Proc], list[str
                 continue  # named twice, or gone: nothing to signal, nothing to say
             seen.add(proc)
             why = why_not_ours(run.root, record, proc)
+            if why and command_line(proc.pid) is None and _ended_meanwhile(proc):
+                continue  # it was exiting (its command line went with its memory): nothing to signal
             if why:
                 refused.append(f"pid {proc.pid} (the {role} in {shown_in(run.root, record)}): {why}")
             else:
@@ -96,6 +99,17 @@ def is_run_command(argv: Sequence[str] | None, cwd: str | None, folder: Path) ->
         if path == root or path.startswith(root + os.sep):
             return True
     return False
+
+
+def _ended_meanwhile(proc: Proc, within_s: float = 0.5) -> bool:
+    """The process (and its group) is gone now, or within `within_s`: one caught in its exit, whose
+    /proc entry no longer shows a command line, is not refused as a stranger."""
+    deadline = time.monotonic() + within_s
+    while proc.group_alive():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def _pid_reused(proc: Proc) -> bool:

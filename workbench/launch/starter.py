@@ -241,8 +241,14 @@ def serve(sock: socket.socket) -> None:
     from workbench.launch import local_controller
 
     forked.preload()
-    _send(sock, {"ready": True, "pid": os.getpid()}, [])
     children: dict[int, forked.Forked] = {}
+
+    def reap(signum: int, frame: Any) -> None:  # at once: an ended controller is not left a zombie
+        for child in list(children.values()):
+            child.poll()
+
+    signal.signal(signal.SIGCHLD, reap)
+    _send(sock, {"ready": True, "pid": os.getpid()}, [])
     while True:
         readable, _, _ = select.select([sock], [], [], 1.0)
         for child in list(children.values()):
