@@ -36,7 +36,6 @@ import struct
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -55,39 +54,19 @@ _HEADER = struct.Struct("!I")
 
 
 # --- the submitting side ----------------------------------------------------------------------------
-class StartedController:
+class StartedController(forked.Forked):
     """A controller forked by the starter, handled as the Popen of a fresh one is: its exit status
     comes from the starter that reaps it."""
 
     def __init__(self, pid: int, starter: Starter):
-        self.pid, self.starter = pid, starter
-        self.returncode: int | None = None
+        super().__init__(pid)
+        self.starter = starter
         self.args = ["<controller forked by the starter>"]
 
     def poll(self) -> int | None:
         if self.returncode is None:
             self.returncode = self.starter.exit_status(self.pid)
         return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if deadline is not None and time.monotonic() >= deadline:
-                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
-            time.sleep(0.02)
-        assert self.returncode is not None
-        return self.returncode
-
-    def send_signal(self, sig: int) -> None:
-        if self.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, sig)
-
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
 
 
 class Starter:
