@@ -171,10 +171,22 @@ class Check:
 
     def write(self) -> None:
         self.report["seconds"] = round(time.monotonic() - self.started, 1)
+        # whether each run's ranks were forked warm (workbench/engine/forked.py): on CUDA, the guard falls
+        # back to fresh ranks if importing torch touched the driver; this says which happened
+        self.report["ranks_forked"] = {run: [bool((_json(path) or {}).get("forked"))
+                                             for path in sorted((Path(run) / "procs").glob("rank*.json"))]
+                                       for run in self.report["runs"]}
         self.out.parent.mkdir(parents=True, exist_ok=True)
         temp = self.out.with_name(f".{self.out.name}.{os.getpid()}")
         temp.write_text(json.dumps(self.report, indent=1) + "\n")
         os.replace(temp, self.out)  # a reader never sees half a report
+
+
+def _json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def _stop_leftovers(folder: Path) -> list[str]:

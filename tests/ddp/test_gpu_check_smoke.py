@@ -58,6 +58,8 @@ def test_the_gpu_check_runs_every_section_on_cpu_and_leaves_nothing(tmp_path):
     failures = report["failures"]
     assert failures["raise"]["named"] is True, failures
     assert failures["hang"]["named"] is True, failures  # a hung rank on the default engine path (issue 28)
+    engine_runs = [flags for flags in report["ranks_forked"].values() if flags]
+    assert engine_runs and all(all(flags) for flags in engine_runs), report["ranks_forked"]  # CPU: forked warm
     for folder in report["runs"]:
         assert_nothing_left(Path(folder))
     assert not naming(work), "processes of the check are left"
