@@ -147,7 +147,10 @@ def test_cancelling_a_sweep_stops_its_running_trials_at_once_not_one_after_anoth
         assert run.status().state == "cancelled"
         ended = run.dir.read_status(0)
         assert ended["state"] in ("interrupted", "aborted"), ended
-        assert ended["time"] > max(marks), (ended, marks)  # still training when the other was marked
+        # still training when the other was marked, give or take 0.1 s: a warm-forked rank stops within
+        # tens of ms of its own mark, while one run after another would mark the second only once the
+        # first run's agents and controller were gone (9.1 s for two in issue 30)
+        assert ended["time"] > max(marks) - 0.1, (ended, marks)
         assert_nothing_left(run.folder)
 
 
