@@ -57,6 +57,7 @@ from engine_throughput import hand_loop, run_group, steady, step_times
 
 import workbench
 from workbench.config import ConfigError, JobConfig
+from workbench.runfolder.layout import read_json
 
 ROOT = Path(__file__).resolve().parents[1]
 LATEST = ROOT / "bench" / "gpu" / "latest.json"
@@ -173,20 +174,13 @@ class Check:
         self.report["seconds"] = round(time.monotonic() - self.started, 1)
         # whether each run's ranks were forked warm (workbench/engine/forked.py): on CUDA, the guard falls
         # back to fresh ranks if importing torch touched the driver; this says which happened
-        self.report["ranks_forked"] = {run: [bool((_json(path) or {}).get("forked"))
+        self.report["ranks_forked"] = {run: [bool((read_json(path) or {}).get("forked"))
                                              for path in sorted((Path(run) / "procs").glob("rank*.json"))]
                                        for run in self.report["runs"]}
         self.out.parent.mkdir(parents=True, exist_ok=True)
         temp = self.out.with_name(f".{self.out.name}.{os.getpid()}")
         temp.write_text(json.dumps(self.report, indent=1) + "\n")
         os.replace(temp, self.out)  # a reader never sees half a report
-
-
-def _json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def _stop_leftovers(folder: Path) -> list[str]:

@@ -41,7 +41,7 @@ from typing import Any
 
 from workbench.engine import forked
 from workbench.engine.rendezvous import RUN_DIR_ENV
-from workbench.proctree import parent_death_signal
+from workbench.proctree import Proc, parent_death_signal
 
 PADDING = 4096
 """Bytes of argument area the starter reserves for a controller's command line (a run folder's path)."""
@@ -121,7 +121,8 @@ class Starter:
                 _send(self.sock, {"op": "status", "pid": pid}, [])
                 reply, _ = _receive(self.sock)
             except OSError:
-                reply = {"code": None if _alive(pid) else 0}
+                proc = Proc.of(pid)
+                reply = {"code": None if proc is not None and proc.alive() else 0}
         code = reply.get("code")
         if isinstance(code, int):
             self.statuses[pid] = code
@@ -182,16 +183,6 @@ def _umask() -> int:
     mask = os.umask(0o077)
     os.umask(mask)
     return mask
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _send(sock: socket.socket, message: dict[str, Any], fds: list[int]) -> None:
