@@ -9,13 +9,13 @@ settings: /work/shared/notes/browser.md (never `playwright install`; it download
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -97,19 +97,15 @@ def chromium() -> Path:
     return path
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @dataclass
 class JupyterLab:
     root: Path
-    port: int
     token: str
     process: subprocess.Popen
     log: Path
+    runtime: Path
+    """The server's own JUPYTER_RUNTIME_DIR: its jpserver-PID.json names the port it listens on."""
+    port: int = 0
 
     @property
     def base_url(self) -> str:
@@ -126,11 +122,24 @@ class JupyterLab:
         except OSError:
             return ""
 
+    def listening_port(self) -> int:
+        """The port the server says it listens on (0 until it has written its server info file,
+        which it does once its socket is bound)."""
+        try:
+            info = json.loads((self.runtime / f"jpserver-{self.process.pid}.json").read_text())
+        except (OSError, ValueError):
+            return 0
+        port = info.get("port") if isinstance(info, dict) else None
+        return port if type(port) is int and 0 < port < 65536 else 0
+
     def answers(self) -> bool:
+        self.port = self.port or self.listening_port()
+        if not self.port:
+            return False
         try:
             with urllib.request.urlopen(f"{self.base_url}/api/status?token={self.token}", timeout=5) as resp:
                 return resp.status == 200
-        except (urllib.error.URLError, OSError):
+        except (urllib.error.URLError, http.client.HTTPException, OSError):
             return False
 
     def wait_ready(self, timeout_s: float = SERVER_START_TIMEOUT_S) -> None:
@@ -159,7 +168,7 @@ class JupyterLab:
 
     def stop(self) -> None:
         """Shut the server down (its kernels first) through its API, then make sure its PID is gone."""
-        if self.process.poll() is None:
+        if self.process.poll() is None and self.port:
             try:
                 request = urllib.request.Request(f"{self.base_url}/api/shutdown?token={self.token}", method="POST")
                 urllib.request.urlopen(request, timeout=10).close()
@@ -176,7 +185,10 @@ class JupyterLab:
 
 
 def start_jupyter_lab(root: Path, env: dict[str, str] | None = None) -> JupyterLab:
-    """Start `jupyter lab` serving `root` on 127.0.0.1 and a free port; returns once it answers."""
+    """Start `jupyter lab` serving `root` on 127.0.0.1; returns once it answers.  The server binds
+    a port the kernel picks (`--port 0`) and names it in its server info file, in a runtime folder
+    of its own: a port picked here and released would be free for anyone (a rank's store in the
+    other worker took one once, and its binary answer was read as the server's)."""
     token = secrets.token_hex(16)
     settings = root.parent / f"{root.name}-lab-settings"
     for name, values in LAB_SETTINGS.items():
@@ -185,20 +197,22 @@ def start_jupyter_lab(root: Path, env: dict[str, str] | None = None) -> JupyterL
         path.write_text(json.dumps(values))
     workspaces = root.parent / f"{root.name}-lab-workspaces"
     workspaces.mkdir(exist_ok=True)
+    runtime = root.parent / f"{root.name}-lab-runtime"
+    runtime.mkdir(exist_ok=True)
     server_env = {**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(settings),
-                  "JUPYTERLAB_WORKSPACES_DIR": str(workspaces), **(env or {})}
+                  "JUPYTERLAB_WORKSPACES_DIR": str(workspaces), "JUPYTER_RUNTIME_DIR": str(runtime),
+                  **(env or {})}
     server_env.pop("MPLBACKEND", None)
     log = root.parent / f"{root.name}-jupyter-lab.log"
     last_error: Exception | None = None
-    for _attempt in range(3):  # a free port can be taken between the check and the bind: try another
-        port = free_port()
-        cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip", "127.0.0.1", "--port", str(port),
+    for _attempt in range(3):  # the server checks port 0's pick and binds it again: it can lose it between
+        cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip", "127.0.0.1", "--port", "0",
                "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
                "--allow-root"]
         with open(log, "ab") as out:
             process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                        cwd=root, env=server_env)
-        lab = JupyterLab(root, port, token, process, log)
+        lab = JupyterLab(root, token, process, log, runtime)
         try:
             lab.wait_ready()
             return lab
