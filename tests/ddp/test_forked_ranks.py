@@ -1,6 +1,7 @@
 """An engine run's ranks are forked from a local controller that imported torch once
-(workbench.engine.forked) and train exactly as fresh processes do; a script's rank is a fresh
-process, as under torchrun; WORKBENCH_FORK=0 starts every rank fresh; a controller stopped while it
+(workbench.engine.forked) and train exactly as fresh processes do; a script's forked rank does what
+a fresh one does, and one given a variable torch reads as it loads is fresh; WORKBENCH_FORK=0
+starts every rank fresh; a controller stopped while it
 imports torch starts no rank, and the run reads cancelled; a session's later controllers are forked
 from its warm starter (workbench.launch.starter) while it matches, and the starter leaves with it."""
 
@@ -46,10 +47,60 @@ def test_forked_ranks_train_the_same_losses_as_fresh_ones(tmp_path, monkeypatch)
     assert not run_processes(warm.folder) and not run_processes(fresh.folder)
 
 
-def test_a_scripts_ranks_are_fresh_processes(tmp_path):
-    run = workbench.submit_script(SCRIPT, ["--steps", "3"], local_cfg(tmp_path), nproc=2)
-    assert run.wait(timeout=180).state == "finished", run.exception()
-    assert _forked(run) == [False, False]
+FACTS = r'''
+import atexit, json, os, sys, threading, time
+dynamo_at_start = "torch._dynamo" in sys.modules  # never imported before a fork for user code
+import torch
+import torch.distributed as dist
+
+out = os.path.join(sys.argv[1], f"rank{os.environ['RANK']}")
+dist.init_process_group("gloo")
+total = torch.ones(1) * (dist.get_rank() + 1)
+dist.all_reduce(total)
+log = open(out + ".log", "w")  # noqa: SIM115 - never flushed nor closed, as scripts leave them
+log.write(json.dumps({"name": __name__, "argv": sys.argv[2:], "path0": sys.path[0], "total": total.item(),
+                      "world": dist.get_world_size(), "main_file": sys.modules["__main__"].__file__,
+                      "threads": torch.get_num_threads(), "seed": torch.initial_seed(),
+                      "dynamo_at_start": dynamo_at_start}) + "\n")
+dist.destroy_process_group()
+
+def late():
+    time.sleep(0.3)
+    with open(out + ".thread", "w") as fh:
+        fh.write("done")
+
+threading.Thread(target=late).start()  # not a daemon: the rank's end waits for it
+atexit.register(lambda: print("atexit sees the thread's file:", os.path.exists(out + ".thread")))
+print("unflushed last line")
+'''
+
+
+def test_a_scripts_forked_ranks_do_what_fresh_ones_do_and_a_load_time_variable_starts_them_fresh(tmp_path,
+                                                                                                   monkeypatch):
+    script = tmp_path / "code" / "facts.py"
+    script.parent.mkdir()
+    script.write_text(FACTS)
+    runs, facts = {}, {}
+    for how in ("forked", "fresh", "load-time env"):
+        out = tmp_path / how
+        out.mkdir()
+        env = {"TORCH_SHOW_CPP_STACKTRACES": "1"} if how == "load-time env" else {}
+        monkeypatch.setenv("WORKBENCH_FORK", "0" if how == "fresh" else "1")
+        run = runs[how] = workbench.submit_script(script, [str(out), "--flag"], local_cfg(tmp_path), nproc=2,
+                                                  env=env)
+        assert run.wait(timeout=180).state == "finished", run.exception()
+        facts[how] = []
+        for rank in (0, 1):
+            found = json.loads((out / f"rank{rank}.log").read_text())
+            assert found.pop("seed") not in [f.get("seed") for f in facts[how]]  # seeded anew per rank
+            facts[how].append(found)
+            assert run.logs(rank).splitlines()[-2:] == ["unflushed last line", "atexit sees the thread's file: True"]
+    assert _forked(runs["forked"]) == [True, True]
+    assert _forked(runs["fresh"]) == [False, False] and _forked(runs["load-time env"]) == [False, False]
+    assert facts["forked"] == facts["fresh"] == facts["load-time env"]
+    assert facts["forked"][0] == {"name": "__main__", "argv": ["--flag"], "path0": str(script.parent), "total": 3.0,
+                                  "world": 2, "main_file": str(script), "threads": 1, "dynamo_at_start": False}
+    assert not any(run_processes(run.folder) for run in runs.values())
 
 
 def _catches(pid: int, sig: int) -> bool:

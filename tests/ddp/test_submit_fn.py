@@ -1,5 +1,6 @@
-"""workbench.submit_fn: a plain training function run on every rank in fresh processes, with the
-process group up; per-rank streams, every rank's return value, failures with their traceback."""
+"""workbench.submit_fn: a plain training function run on every rank in processes of its own (forked
+warm from the run's controller, never from the caller), with the process group up; per-rank
+streams, every rank's return value, failures with their traceback."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pytest
 import workbench
 from workbench.config import JobConfig
 from workbench.errors import RunFailed
+from workbench.runfolder.layout import RunDir, read_json
 
 pytestmark = [pytest.mark.ddp, pytest.mark.timeout(180)]
 
@@ -49,6 +51,7 @@ def test_a_function_trains_on_every_rank_and_returns_each_ranks_value(tmp_path):
     assert {r["backend"] for r in results} == {"gloo"} and all(r["elastic"] for r in results)
     assert results[0]["weight"].equal(results[1]["weight"])  # DDP kept the replicas identical
     assert results[0]["pid"] != results[1]["pid"]
+    assert [(read_json(RunDir(run.folder).procs(rank)) or {}).get("forked") for rank in (0, 1)] == [True, True]
     frame = run.metrics()
     assert frame.groupby("rank")["step"].max().tolist() == [6, 6]
     assert frame.pivot_table(index="step", columns="rank", values="loss").diff(axis=1)[1].abs().sum() > 0

@@ -139,3 +139,74 @@ def test_a_process_with_the_cuda_driver_mapped_does_not_fork(tmp_path):
                           env={**os.environ, "WORKBENCH_FORK": "1"})
     assert done.stdout.strip() == "'' 'the CUDA driver is loaded in this process'", done.stderr
 
+
+
+ENDING = r'''
+import atexit, os, sys, threading, time
+
+def body():
+    import ending_user_module  # a user's module that opened a log at import and never closes it
+    ending_user_module.log.write("from the module, never flushed\n")
+    kept = open(os.path.join(sys.argv[1], "main.log"), "w")  # noqa: SIM115 - left open, as scripts do
+    kept.write("from the body, never flushed\n")
+    sys.modules["__main__"].kept_alive = kept  # reachable at exit: only the teardown's flush saves it
+
+    def late():
+        time.sleep(0.5)
+        with open(os.path.join(sys.argv[1], "thread.log"), "w") as fh:
+            fh.write("the thread finished\n")
+        print("thread done", flush=True)
+
+    threading.Thread(target=late).start()  # not a daemon: the interpreter waits for it
+    atexit.register(lambda: print("atexit after the thread:",
+                                  os.path.exists(os.path.join(sys.argv[1], "thread.log")), flush=True))
+    print("body done, unflushed")
+    return 0
+
+if __name__ == "__main__":
+    if os.environ.get("HOW") == "forked":
+        from workbench.engine import forked
+        import torch  # noqa: F401 - a warm parent
+        child = forked.fork(body, env=dict(os.environ), argv=sys.argv, stdout=1, stderr=2)
+        sys.exit(child.wait(30))
+    sys.exit(body())
+'''
+
+
+@pytest.mark.parametrize("how", ["fresh", "forked"])
+def test_a_forked_child_leaves_as_the_interpreter_does_threads_joined_atexit_run_open_files_flushed(tmp_path, how):
+    """A fresh `python` run of the same body is what a forked child's ending must equal: it waits
+    for a thread that is not a daemon, then runs atexit, and what files left open hold is written."""
+    out = tmp_path / how
+    out.mkdir()
+    (tmp_path / "ending_user_module.py").write_text(
+        f"log = open({str(out / 'module.log')!r}, 'w')  # noqa: SIM115\n")
+    (tmp_path / "ending.py").write_text(ENDING)
+    done = subprocess.run([sys.executable, str(tmp_path / "ending.py"), str(out)], capture_output=True, text=True,
+                          timeout=50, cwd=REPO, env={**os.environ, "HOW": how, "PYTHONPATH": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["body done, unflushed", "thread done", "atexit after the thread: True"]
+    assert (out / "thread.log").read_text() == "the thread finished\n"
+    assert (out / "main.log").read_text() == "from the body, never flushed\n"
+    assert (out / "module.log").read_text() == "from the module, never flushed\n"
+
+
+def test_user_code_is_not_forked_from_a_process_that_imported_torch_dynamo():
+    """A child forked after torch._dynamo was imported, whose code frees a DDP model's gloo group,
+    can deadlock on the GIL there (forked.ENGINE_PRELOAD): an engine rank may be forked from such a
+    process, a script's or function's may not; a script's variable torch reads as it loads starts it
+    fresh too."""
+    code = textwrap.dedent("""
+        import sys
+        from workbench.engine import forked
+        forked.preload(engine=False)
+        print(repr(forked.why_fresh(False)), repr(forked.why_fresh(True)), "torch._dynamo" in sys.modules)
+        print(repr(forked.why_fresh(False, ["TORCH_LOGS", "MY_SETTING"])), repr(forked.why_fresh(False, ["OMP_NUM_THREADS"])))
+        forked.preload(engine=True)
+        print(repr(forked.why_fresh(False)), repr(forked.why_fresh(True)))
+        """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50, cwd=REPO)
+    assert done.stdout.splitlines() == [
+        "'' '' False",
+        "'TORCH_LOGS set for the ranks: read as torch loads' ''",
+        "'torch._dynamo was imported before the fork' ''"], done.stderr

@@ -145,11 +145,13 @@ class RankAgent:
         return outcome
 
     def _start_worker(self, env: dict[str, str]) -> subprocess.Popen[bytes] | Forked:
-        """The worker: for an engine run, forked from this agent when it is warm (forked from a local
-        controller that imported torch: workbench.engine.forked), else a fresh process.  Either
-        way in a session of its own, killed by the kernel if this agent dies."""
+        """The worker: forked from this agent when it is warm (forked from a local controller that
+        imported torch: workbench.engine.forked), else a fresh process.  Either way in a session of
+        its own, killed by the kernel if this agent dies."""
         args = [os.path.abspath(self.run.root), *self.worker_args]
-        if forked.warm() and forked.engine_run(self.run) and not forked.why_not_fork():
+        script_env = (self.run.read_meta() or {}).get("env")  # a script's env= (names: submit_script)
+        names = [n for n in script_env if isinstance(n, str)] if isinstance(script_env, list) else []
+        if forked.warm() and not forked.why_not_fork() and not forked.why_fresh(forked.engine_run(self.run), names):
             from workbench.engine import worker as worker_module
 
             out_r, out_w = os.pipe()

@@ -2,24 +2,26 @@
 that imports it again.
 
 A cold rank's start is mostly imports: `import torch` and the torch._dynamo that DDP's constructor
-imports, about 4 of the 5 CPU-seconds each rank's processes spend before the first step here.  For
-an engine run the local controller imports them once (`preload`), forks each rank's agent, and each
-agent forks its worker: N ranks pay for one import and share its memory pages.
+imports, about 4 of the 5 CPU-seconds each rank's processes spend before the first step here.  The
+local controller imports them once (`preload`), forks each rank's agent, and each agent forks its
+worker: N ranks pay for one import and share its memory pages.  That holds for an engine run, a
+script and a function alike (a fresh script worker imports torch before the script runs anyway).
 
 The child gets what a fresh process would have: its own session where asked, a parent-death
 signal, stdin/stdout/stderr on the given descriptors, the given environment and sys.argv, the
 signal handlers of a fresh interpreter, fresh RNG seeds (torch's and numpy's; Python's `random`
-reseeds itself at a fork), an empty atexit list.  It leaves with os._exit once its own atexit
-handlers ran and its streams are flushed.  The caller returns only once the child has taken its
-session and descriptors, as Popen returns only after the exec.
+reseeds itself at a fork), an empty atexit list.  It leaves as the interpreter would (`_leave`):
+its threads joined, its atexit handlers run, every file it left open flushed, then os._exit.  The
+caller returns only once the child has taken its session and descriptors, as Popen returns only
+after the exec.
 
 Where forking is not safe the caller starts a fresh process as before (`why_not_fork` says why): a
 Python thread running besides the caller's (a fork copies only the calling thread, not the locks
 the others hold), CUDA initialised here or its driver loaded (a forked child could not use it), not
-Linux, or WORKBENCH_FORK=0.
-Scripts and functions get a fresh worker always: how their process ends (atexit handlers, files
-left open, threads still running) is the user's business, as under torchrun; the engine's worker
-leaves by os._exit anyway (worker.exit_now)."""
+Linux, or WORKBENCH_FORK=0.  User code is forked only from a process that has not imported
+torch._dynamo (ENGINE_PRELOAD): a run of it starts its own controller, not one from the starter.  A
+script given environment variables that torch or the interpreter reads when it loads (`why_fresh`:
+TORCH*, OMP_*, LD_*, PYTHON*, ...) gets a fresh worker, which loads with them."""
 
 from __future__ import annotations
 
@@ -42,18 +44,30 @@ from workbench.proctree import parent_death_signal
 
 SWITCH_ENV = "WORKBENCH_FORK"
 """Set to 0 to start every agent and worker as a fresh process."""
-PRELOAD = ("torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo", "torch.distributed.fsdp",
-           "workbench.engine.worker", "workbench.engine.rank")
-"""What an engine rank imports in any case (torch._dynamo: DDP's constructor asks it for its mode)."""
+PRELOAD = ("torch", "torch.distributed", "torch.nn.parallel", "torch.distributed.fsdp", "workbench.engine.worker",
+           "workbench.engine.rank")
+"""What every rank imports in any case."""
+ENGINE_PRELOAD = ("torch._dynamo",)
+"""What an engine rank imports besides (DDP's constructor asks torch._dynamo for its mode).  Not for
+user code: a child forked after torch._dynamo was imported, whose code frees a DDP model's gloo group
+(a script's globals going away), can deadlock there: the group's destructor joins its work thread
+holding the GIL, and that thread waits for the GIL to free the work (seen in 3 of 7 bare forks of
+such a script, and never with torch._dynamo imported after the fork)."""
+LOAD_TIME_ENV = ("TORCH", "PYTORCH", "OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "LD_", "PYTHON", "MALLOC_")
+"""Prefixes of environment variables read when torch, its native libraries or the interpreter load: a
+script run that sets one for its ranks gets fresh workers, which load with it (OMP_NUM_THREADS
+alone is told to a loaded torch too, by dist.threads_per_rank's rule)."""
+_WRITABLE = (io.TextIOWrapper, io.BufferedWriter, io.BufferedRandom)
+"""What holds written data until flushed: a text file flushes into its buffered binary file."""
 _FRESH_IGNORED = (signal.SIGPIPE, signal.SIGXFSZ)
 """Signals a fresh CPython ignores (it sets SIG_IGN for them at start-up)."""
 
 
-def preload() -> None:
-    """Import what every engine rank imports, once, in the process that forks the ranks; then keep
-    the garbage collector off those objects (gc.freeze), so that the children's collections do not
-    write to, and so copy, the pages they share."""
-    for name in PRELOAD:
+def preload(engine: bool = True) -> None:
+    """Import what every rank imports (`engine`: and what an engine rank imports besides), once, in
+    the process that forks the ranks; then keep the garbage collector off those objects (gc.freeze),
+    so that the children's collections do not write to, and so copy, the pages they share."""
+    for name in PRELOAD + (ENGINE_PRELOAD if engine else ()):
         importlib.import_module(name)
     gc.collect()
     gc.freeze()
@@ -62,6 +76,28 @@ def preload() -> None:
 def warm() -> bool:
     """This process has torch imported (it was preloaded, or forked from one that was)."""
     return "torch" in sys.modules
+
+
+def why_fresh(engine: bool, env_names: Sequence[str] = ()) -> str:
+    """Why a worker forked from this process would not behave as a fresh one ("" when it would):
+    for user code (not `engine`), torch._dynamo imported here (ENGINE_PRELOAD says why), or an
+    extra environment variable (a script's `env=`) that torch reads as it loads."""
+    if not engine and "torch._dynamo" in sys.modules:
+        return "torch._dynamo was imported before the fork"
+    late = sorted(name for name in env_names if name.upper().startswith(LOAD_TIME_ENV) and name != "OMP_NUM_THREADS")
+    return f"{', '.join(late[:3])} set for the ranks: read as torch loads" if late else ""
+
+
+def engine_run(run: Any) -> bool:
+    """The run (a RunDir) trains with workbench's engine (a task), not a script or function of the
+    user's."""
+    from workbench.config.sections import JobConfig
+    from workbench.config.tasknames import runs_own_code
+
+    try:
+        return not runs_own_code(JobConfig.from_yaml(run.config).task.name)
+    except (OSError, ValueError):
+        return False
 
 
 def why_not_fork() -> str:
@@ -199,6 +235,7 @@ def _child(target: Callable[[], int | None], env: dict[str, str], argv: Sequence
         os.environ.update(env)
         sys.argv = list(argv)
         atexit._clear()  # the parent's handlers are the parent's
+        gc.freeze()  # and so are its objects: flush_open_files must not write a parent's buffers again
         _fresh_rngs()
         os.write(ready_w, b"1")
         os.close(ready_w)
@@ -207,17 +244,45 @@ def _child(target: Callable[[], int | None], env: dict[str, str], argv: Sequence
         with contextlib.suppress(Exception):
             traceback.print_exc()
     finally:
-        with contextlib.suppress(BaseException):
-            atexit._run_exitfuncs()
-        with contextlib.suppress(BaseException):
-            logging.shutdown()  # what the interpreter's exit would flush (its atexit handler was the parent's)
-        for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
-            with contextlib.suppress(BaseException):
-                stream.flush()  # type: ignore[union-attr]
+        _leave()
         if code == -signal.SIGINT:  # as CPython leaves after an uncaught KeyboardInterrupt
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGINT)
         os._exit(code & 0xFF)
+
+
+def _leave() -> None:
+    """What CPython's exit does before the process ends, in its order: wait for the threads that are
+    not daemons (a script's writer thread finishes its work), run the atexit handlers, flush every
+    file still open (the teardown closes them: a script's log written without flush or close keeps
+    its last lines: `flush_open_files`, before the collection), collect the garbage (its
+    finalizers run), flush the standard streams."""
+    with contextlib.suppress(BaseException):
+        threading._shutdown()  # type: ignore[attr-defined]  # what Py_FinalizeEx calls first
+    with contextlib.suppress(BaseException):
+        atexit._run_exitfuncs()
+    with contextlib.suppress(BaseException):
+        logging.shutdown()  # what the interpreter's exit would flush (its atexit handler was the parent's)
+    flush_open_files()
+    with contextlib.suppress(BaseException):
+        gc.collect()
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        with contextlib.suppress(BaseException):
+            stream.flush()  # type: ignore[union-attr]
+
+
+def flush_open_files() -> None:
+    """Flush every file this process wrote and left open, reachable or not, as `python script.py`'s
+    teardown would.  A script run through runpy (a rank's worker) has its globals in a reference
+    cycle (its functions hold them), which the exit collects in no set order: a buffered file's raw
+    file can be closed first and its data lost (bpo-17852).  A forked child's inherited objects are
+    frozen (the parent's files, whose pending data the parent writes) and not listed."""
+    with contextlib.suppress(BaseException):
+        for obj in gc.get_objects():
+            if issubclass(type(obj), _WRITABLE):  # type(), not isinstance: a proxy's __class__ may raise
+                with contextlib.suppress(BaseException):
+                    if not obj.closed:
+                        obj.flush()
 
 
 def _argument_area() -> tuple[int, int]:
@@ -247,18 +312,6 @@ def _show_as(command_line: Sequence[str]) -> None:
     if len(data) > end - start:
         raise ValueError(f"command line of {len(data)} bytes does not fit in {end - start}")
     ctypes.memmove(start, data + b"\0" * (end - start - len(data)), end - start)
-
-
-def engine_run(run: Any) -> bool:
-    """The run (a RunDir) trains with workbench's engine (a task), not a script or function of the
-    user's: its ranks may be forked warm."""
-    from workbench.config.sections import JobConfig
-    from workbench.config.tasknames import runs_own_code
-
-    try:
-        return not runs_own_code(JobConfig.from_yaml(run.config).task.name)
-    except (OSError, ValueError):
-        return False
 
 
 def _exit_code(target: Callable[[], int | None]) -> int:

@@ -11,6 +11,7 @@ and SIGHUP stop it like Ctrl-C: the rank records that it was interrupted and exi
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import faulthandler
 import os
@@ -18,6 +19,8 @@ import signal
 import sys
 from types import FrameType
 from typing import NoReturn
+
+from workbench.engine.forked import flush_open_files
 
 REQUEUE_EXIT_CODE = 76
 """The worker checkpointed after a preemption or time-limit signal: its agent hands the job back."""
@@ -37,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_dir")
     args = parser.parse_args(argv)
     faulthandler.enable()  # a crash in C code still prints the Python stacks to the rank's stderr
+    # registered first, so it runs last: after the user's atexit handlers, once their threads ended
+    atexit.register(flush_open_files)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _terminate)
     attempt = int(os.environ.get(ATTEMPT_ENV, "0"))
@@ -125,7 +130,8 @@ def exit_now(code: int) -> NoReturn:
     and closed everything it reports (status, metrics, events, checkpoints, mirrors) and destroyed
     its process group; a native thread torn down at exit ("terminate called without an active
     exception", seen once on gloo under load) must not turn a rank that finished into one killed by
-    SIGABRT.  Scripts and functions exit normally: their atexit handlers are the user's."""
+    SIGABRT.  Scripts and functions exit normally: their threads, atexit handlers and open files
+    are the user's."""
     import logging
 
     logging.shutdown()

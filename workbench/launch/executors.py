@@ -20,6 +20,7 @@ from submitit.core.utils import FailedJobError, FailedSubmissionError
 from workbench.config.devices import parse_visible_devices, visible_gpu_count
 from workbench.config.sections import JobConfig
 from workbench.config.validate import parse_time_limit
+from workbench.engine import forked
 from workbench.engine.rendezvous import RUN_DIR_ENV, RankContract, free_port
 from workbench.errors import SubmitError
 from workbench.launch import starter
@@ -55,7 +56,8 @@ class LocalExecutor(submitit.LocalExecutor):
         controller = [sys.executable, "-m", "workbench.launch.local_controller", str(self.folder)]
         with open_private(self.run.controller_log, "ab") as log, open(os.devnull, "rb") as devnull:
             # not the caller's terminal or pipes; forked warm from this process's starter where it can be
-            process: Any = starter.controller(controller, env, devnull.fileno(), log.fileno(), self.stop_with_caller)
+            process: Any = starter.controller(controller, env, devnull.fileno(), log.fileno(), self.stop_with_caller,
+                                              forked.engine_run(self.run))
             if process is None:
                 process = subprocess.Popen(controller, env=env, start_new_session=True, preexec_fn=preexec,
                                            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)

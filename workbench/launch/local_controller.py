@@ -145,9 +145,9 @@ class Controller(submitit_local.Controller):
 def main(argv: list[str] | None = None) -> Any:
     args = sys.argv[1:] if argv is None else argv
     controller = Controller(Path(args[0]))
-    if forked.engine_run(controller.rundir) and not forked.why_not_fork():
+    if not forked.why_not_fork():
         try:
-            forked.preload()  # once for every rank: each agent and worker is forked from here
+            forked.preload(forked.engine_run(controller.rundir))  # once for every rank: each forked from here
         except Exception as exc:  # noqa: BLE001 - each rank then imports it itself, and reports what fails
             print(f"[workbench controller] not preloading torch ({type(exc).__name__}: {exc}): every rank "
                   "starts a fresh process", flush=True)

@@ -143,12 +143,16 @@ START_WITH_RUN = 2
 
 
 def controller(command: list[str], env: dict[str, str], stdin: int, log: int,
-               stop_with_caller: bool) -> StartedController | None:
+               stop_with_caller: bool, engine: bool = True) -> StartedController | None:
     """This run's controller forked from this process's starter, or None: start a fresh one.  A
     starter that died or imported older code than is on disk now is replaced for the runs after this
     one; one whose environment differs from this run's is kept for the runs that match it.  A one-run
-    caller's run (`stop_with_caller`: its controller must die with the caller) neither uses nor starts one."""
+    caller's run (`stop_with_caller`: its controller must die with the caller) neither uses nor starts
+    one; nor does a run of user code (not `engine`): the starter imported torch._dynamo, and its
+    ranks are forked from a controller that did not (forked.ENGINE_PRELOAD)."""
     global _current, _local_runs
+    if not engine:
+        return None
     _local_runs += 1
     if stop_with_caller or forked.why_not_fork() == f"{forked.SWITCH_ENV}=0" or not sys.platform.startswith("linux"):
         return None  # a one-run caller's controller dies with the caller: a fresh one, its child

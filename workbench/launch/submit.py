@@ -88,14 +88,16 @@ def script_payload(script: str | Path | None, args: list[str] | None, cfg: JobCo
     job = ScriptPayload(target, tuple(args or ()), module is not None, cfg.dist.threads_per_rank,
                         cfg.dist.stall_after_s, str(workdir), dict(env or {}), lost_after_s=cfg.dist.lost_after_s,
                         on_hang=cfg.dist.on_hang)
-    return cfg, job, {"script": job.label, "args": list(job.args), "cwd": job.cwd}
+    # env's names (not its values): the agent starts a fresh worker for one torch reads as it loads
+    return cfg, job, {"script": job.label, "args": list(job.args), "cwd": job.cwd, "env": sorted(job.env)}
 
 
 def submit_fn(fn: Callable[..., Any], *args: Any, cfg: JobConfig | None = None, run_dir: str | Path | None = None,
               **kwargs: Any) -> Run:
-    """Run fn(*args, **kwargs) on every rank of cfg's executor (local or SLURM), in fresh processes
-    (safe after the notebook touched CUDA), with torchrun's environment set and the default process
-    group up for dist.backend.  `fn` may be defined in a notebook cell: it is pickled by value.
+    """Run fn(*args, **kwargs) on every rank of cfg's executor (local or SLURM), in processes of
+    their own, never forked from the notebook (safe after it touched CUDA), with torchrun's
+    environment set and the default process group up for dist.backend.  `fn` may be defined in a
+    notebook cell: it is pickled by value.
     `workbench.log(step=..., **values)` inside it streams per rank; `run.results()` gives every
     rank's return value in rank order; an exception on any rank fails the run with its traceback."""
     return FreshRanks().submit_fn(fn, *args, cfg=cfg, run_dir=run_dir, **kwargs)
