@@ -19,8 +19,8 @@ from submitit.core.utils import FailedJobError, FailedSubmissionError
 
 from workbench.config.devices import parse_visible_devices, visible_gpu_count
 from workbench.config.sections import JobConfig
+from workbench.config.tasknames import runs_own_code
 from workbench.config.validate import parse_time_limit
-from workbench.engine import forked
 from workbench.engine.rendezvous import RUN_DIR_ENV, RankContract, free_port
 from workbench.errors import SubmitError
 from workbench.launch import starter
@@ -41,9 +41,10 @@ class LocalExecutor(submitit.LocalExecutor):
     session of its own: the run outlives the process that submitted it, unless `stop_with_caller`
     (the CLI), where the kernel stops the controller (SIGTERM) when the caller ends, however it ends."""
 
-    def __init__(self, folder: Path, run: RunDir, stop_with_caller: bool = False):
+    def __init__(self, folder: Path, run: RunDir, stop_with_caller: bool = False, engine: bool = True):
         super().__init__(folder=folder)
         self.run, self.stop_with_caller = run, stop_with_caller
+        self.engine = engine  # the run trains with the engine, not the user's own code (starter.controller)
 
     def _submit_command(self, command: str) -> submitit.local.local.LocalJob[Any]:
         ntasks = self.parameters.get("tasks_per_node", 1)
@@ -57,7 +58,7 @@ class LocalExecutor(submitit.LocalExecutor):
         with open_private(self.run.controller_log, "ab") as log, open(os.devnull, "rb") as devnull:
             # not the caller's terminal or pipes; forked warm from this process's starter where it can be
             process: Any = starter.controller(controller, env, devnull.fileno(), log.fileno(), self.stop_with_caller,
-                                              forked.engine_run(self.run))
+                                              self.engine)
             if process is None:
                 process = subprocess.Popen(controller, env=env, start_new_session=True, preexec_fn=preexec,
                                            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
@@ -67,7 +68,7 @@ class LocalExecutor(submitit.LocalExecutor):
 
 def local_executor(cfg: JobConfig, run: RunDir, stop_with_caller: bool = False,
                    ) -> tuple[submitit.LocalExecutor, RankContract]:
-    executor = LocalExecutor(run.logs, run, stop_with_caller)
+    executor = LocalExecutor(run.logs, run, stop_with_caller, not runs_own_code(cfg.task.name))
     # Not submitit's 2-minute default: the job's own limit.  USR2 comes 30 s before it.
     executor.update_parameters(tasks_per_node=cfg.dist.procs_per_node, nodes=1,
                                timeout_min=parse_time_limit(cfg.launch.time_limit), signal_delay_s=30)
