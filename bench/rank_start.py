@@ -59,15 +59,16 @@ SESSION = textwrap.dedent("""
         submitted = time.time()
         assert run.wait(timeout=300).state == "finished"
         latencies.append(float(run.metrics().query("rank == 0")["time"].min() - submitted))
-        if starter._current is not None:  # as a user between cells: the starter has time to warm up
+        for one in starter.starters():  # as a user between cells: the starter has time to warm up
             deadline = time.monotonic() + 60
-            while not starter._current.usable(dict(os.environ)) and time.monotonic() < deadline:
+            while not one.usable(dict(os.environ)) and time.monotonic() < deadline:
                 time.sleep(0.1)
     starter_cpu = 0.0
-    if starter._current is not None and starter._current.process.poll() is None:
-        with open(f"/proc/{starter._current.process.pid}/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-        starter_cpu = sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # utime stime cutime cstime
+    for one in starter.starters():
+        if one.process.poll() is None:
+            with open(f"/proc/{one.process.pid}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            starter_cpu += sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # utime stime cutime cstime
     print(json.dumps({"latencies": latencies, "starter_cpu": starter_cpu}))
     """)
 

@@ -3,7 +3,8 @@
 a fresh one does, and one given a variable torch reads as it loads is fresh; WORKBENCH_FORK=0
 starts every rank fresh; a controller stopped while it
 imports torch starts no rank, and the run reads cancelled; a session's later controllers are forked
-from its warm starter (workbench.launch.starter) while it matches, and the starter leaves with it."""
+from its warm starters (workbench.launch.starter: one for the engine's runs, one for user code) while
+they match, and the starters leave with it."""
 
 from __future__ import annotations
 
@@ -162,32 +163,55 @@ def one(note):
 one("first")                       # a fresh controller
 one("second")                      # a fresh controller; the starter starts beside it
 deadline = time.monotonic() + 60
-while not starter._current.usable(dict(os.environ)) and time.monotonic() < deadline:
+while not starter._starters[True].usable(dict(os.environ)) and time.monotonic() < deadline:
     time.sleep(0.1)                # its imports done
 one("third")                       # forked from the starter
 os.environ["SOME_SETTING"] = "1"
 one("other environment")           # a fresh controller: the starter imported without it
 del os.environ["SOME_SETTING"]
 one("environment back")            # the starter again
-first_starter = starter._current.process.pid
+first_starter = starter._starters[True].process.pid
 os.kill(first_starter, signal.SIGKILL)
-starter._current.process.wait()
+starter._starters[True].process.wait()
 one("starter killed")              # a fresh controller, and a new starter for the next run
-second_starter = starter._current
+second_starter = starter._starters[True]
 deadline = time.monotonic() + 60
 while not second_starter.usable(dict(os.environ)) and time.monotonic() < deadline:
     time.sleep(0.1)
 starter.code_stamp = lambda: 0.0   # workbench's files changed on disk since the starter imported them
 one("code changed")                # a fresh controller; that starter is closed and a new one started
 second_starter.process.wait(30)    # it left when its socket closed
-print(json.dumps({"runs": facts, "starters": [first_starter, second_starter.process.pid,
-                                              starter._current.process.pid]}))
+
+script = os.path.join(os.getcwd(), "ddp_script.py")  # user code: the other kind of starter
+with open(script, "w") as fh:
+    fh.write("import sys\nprint('dynamo at start:', 'torch._dynamo' in sys.modules, flush=True)\n"
+             + open(sys.argv[2]).read())
+scripts = []
+
+def one_script(note):
+    run = workbench.submit_script(script, ["--steps", "4"], cfg, nproc=2)
+    process = run.job._process
+    state = run.wait(timeout=120).state
+    scripts.append({"note": note, "state": state, "controller": type(process).__name__, "code": process.poll(),
+                    "folder": str(run.folder), "losses": run.metrics().sort_values(["step", "rank"])["loss"].tolist(),
+                    "forked": [bool((read_json(RunDir(run.folder).procs(r)) or {}).get("forked")) for r in (0, 1)],
+                    "dynamo": [line for r in (0, 1) for line in run.logs(r).splitlines() if "dynamo" in line]})
+
+one_script("first script")         # a fresh controller (the engine's starter imported torch._dynamo)
+one_script("second script")        # a fresh controller; the user code's starter starts beside it
+deadline = time.monotonic() + 60
+while not starter._starters[False].usable(dict(os.environ)) and time.monotonic() < deadline:
+    time.sleep(0.1)
+one_script("third script")         # forked from the user code's starter
+print(json.dumps({"runs": facts, "scripts": scripts,
+                  "starters": [first_starter, second_starter.process.pid,
+                               starter._starters[True].process.pid, starter._starters[False].process.pid]}))
 '''
 
 
 def test_a_session_forks_its_later_controllers_from_one_warm_starter_that_leaves_with_it(tmp_path):
-    done = subprocess.run([sys.executable, "-c", SESSION, str(tmp_path / "runs")], capture_output=True, text=True,
-                          timeout=220, cwd=tmp_path)
+    done = subprocess.run([sys.executable, "-c", SESSION, str(tmp_path / "runs"), str(SCRIPT)], capture_output=True,
+                          text=True, timeout=220, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     runs = {r["note"]: r for r in result["runs"]}
@@ -200,9 +224,17 @@ def test_a_session_forks_its_later_controllers_from_one_warm_starter_that_leaves
         assert r["losses"] == runs["first"]["losses"]  # the same seeds and data: bit for bit
         # a forked controller shows the command line a fresh one has (workbench.launch.ours checks it)
         assert r["shown"][1:] == ["-m", "workbench.launch.local_controller", str(Path(r["folder"]) / "logs")]
+    # user code's controllers: their own starter, which never imported torch._dynamo before a fork
+    scripts = {r["note"]: r for r in result["scripts"]}
+    assert {note: r["controller"] for note, r in scripts.items()} == {
+        "first script": "Popen", "second script": "Popen", "third script": "StartedController"}
+    for r in result["scripts"]:
+        assert r["state"] == "finished" and r["code"] == 0 and r["forked"] == [True, True]
+        assert r["dynamo"] == ["dynamo at start: False"] * 2
+        assert r["losses"] == scripts["first script"]["losses"] and len(r["losses"]) == 8
     deadline = time.monotonic() + 10
     while any(Proc.of(pid) for pid in result["starters"]) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not [pid for pid in result["starters"] if Proc.of(pid)]  # gone with the session
-    for r in result["runs"]:
+    for r in result["runs"] + result["scripts"]:
         assert not run_processes(Path(r["folder"]))

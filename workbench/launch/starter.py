@@ -1,14 +1,16 @@
-"""The warm starter of a submitting process: a child of it that has imported torch and the local
+"""The warm starters of a submitting process: children of it that have imported torch and the local
 controller once, from which each later local run's controller is forked.
 
-An engine run's controller imports torch once for all of its ranks (workbench.engine.forked).  A
-process that starts many runs (a notebook kernel, a sweep's driver, a pool's owner, a test session)
-would still pay that import, about 4 CPU-seconds, for every run; with a starter it pays it once:
+A run's controller imports torch once for all of its ranks (workbench.engine.forked).  A process that
+starts many runs (a notebook kernel, a sweep's driver, a pool's owner, a test session) would still pay
+that import, about 3-4 CPU-seconds, for every run; with a starter it pays it once:
 
-- The first two local runs of the process are started as before (a fresh controller), the second
-  starting the starter beside it (a script that submits one run pays no import for a starter it would
-  not use); from then on, each controller is forked from the starter once it has finished importing.
-  `workbench run` and other one-run callers (`stop_with_caller`) start none.
+- There are two kinds, as there are two kinds of controller: one for the engine's runs (torch and
+  torch._dynamo imported) and one for user code, scripts, functions and pools (torch without
+  torch._dynamo: forked.ENGINE_PRELOAD says why).  Each is started with the second local run of its
+  kind (a script that submits one run pays no import for a starter it would not use), and from then
+  on each controller of that kind is forked from it once it has finished importing.  `workbench run`
+  and other one-run callers (`stop_with_caller`) start none.
 - A forked controller gets what Popen would give a fresh one: its environment, working folder, umask,
   stdin and log, its own session (it outlives the kernel as before), the signals and RNG seeds of a
   fresh process, and the command line a fresh one shows (`python -m workbench.launch.local_controller
@@ -16,13 +18,13 @@ would still pay that import, about 4 CPU-seconds, for every run; with a starter 
 - It is used only while it matches: a run whose environment differs from the starter's (besides what
   each run sets), or one submitted after workbench's files changed on disk, gets a fresh controller,
   and the starter is replaced for the runs after it.
-- The starter dies with the submitting process (parent-death signal) and leaves by itself when the
+- A starter dies with the submitting process (parent-death signal) and leaves by itself when the
   socket to it closes.  It reaps the controllers it forked and tells their exit status on request (a
   controller killed by a signal is written down by its submitter: Run._controller_seen_dying).
 - Nothing else reaches it: it listens on one end of a socket pair that only its submitter holds.
 
-Started by ``python -m workbench.launch.starter FD PADDING`` (PADDING reserves room in its argument
-area for a forked controller's command line)."""
+Started by ``python -m workbench.launch.starter FD KIND PADDING`` (KIND: engine or user; PADDING
+reserves room in its argument area for a forked controller's command line)."""
 
 from __future__ import annotations
 
@@ -70,16 +72,18 @@ class StartedController(forked.Forked):
 
 
 class Starter:
-    """This process's handle on its starter (one at a time: `controller`)."""
+    """This process's handle on a starter (one of each kind at a time: `controller`); `engine`: it
+    imported torch._dynamo too, for the engine's runs."""
 
-    def __init__(self, env: dict[str, str]):
-        self.env, self.code_stamp = _comparable(env), code_stamp()
+    def __init__(self, env: dict[str, str], engine: bool = True):
+        self.env, self.code_stamp, self.engine = _comparable(env), code_stamp(), engine
         ours, theirs = socket.socketpair()
         ours.settimeout(REPLY_S)
         self.sock, self.lock, self.ready = ours, threading.Lock(), False
         with theirs:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "workbench.launch.starter", str(theirs.fileno()), " " * PADDING],
+                [sys.executable, "-m", "workbench.launch.starter", str(theirs.fileno()), _KINDS[engine],
+                 " " * PADDING],
                 env=env, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL, start_new_session=True, preexec_fn=parent_death_signal(signal.SIGKILL))
         self.statuses: dict[int, int] = {}
@@ -135,29 +139,27 @@ class Starter:
             self.process.wait(5)
 
 
-_current: Starter | None = None
+_KINDS = {True: "engine", False: "user"}
+_starters: dict[bool, Starter | None] = {True: None, False: None}
+"""This process's starter of each kind (engine: True), once started."""
 _current_lock = threading.Lock()
-_local_runs = 0
-"""Local runs this process started (its starter is started with the second)."""
+_local_runs = {True: 0, False: 0}
+"""Local runs of each kind this process started (the kind's starter is started with the second)."""
 START_WITH_RUN = 2
 
 
 def controller(command: list[str], env: dict[str, str], stdin: int, log: int,
                stop_with_caller: bool, engine: bool = True) -> StartedController | None:
-    """This run's controller forked from this process's starter, or None: start a fresh one.  A
-    starter that died or imported older code than is on disk now is replaced for the runs after this
-    one; one whose environment differs from this run's is kept for the runs that match it.  A one-run
-    caller's run (`stop_with_caller`: its controller must die with the caller) neither uses nor starts
-    one; nor does a run of user code (not `engine`): the starter imported torch._dynamo, and its
-    ranks are forked from a controller that did not (forked.ENGINE_PRELOAD)."""
-    global _current, _local_runs
-    if not engine:
-        return None
-    _local_runs += 1
+    """This run's controller forked from this process's starter of its kind (`engine`: the engine's
+    run, else user code), or None: start a fresh one.  A starter that died or imported older code
+    than is on disk now is replaced for the runs after this one; one whose environment differs from
+    this run's is kept for the runs that match it.  A one-run caller's run (`stop_with_caller`: its
+    controller must die with the caller) neither uses nor starts one."""
+    _local_runs[engine] += 1
     if stop_with_caller or forked.why_not_fork() == f"{forked.SWITCH_ENV}=0" or not sys.platform.startswith("linux"):
         return None  # a one-run caller's controller dies with the caller: a fresh one, its child
     with _current_lock:
-        starter = _current
+        starter = _starters[engine]
         if starter is not None and starter.usable(env):
             started = starter.fork_controller(command, env, stdin, log)
             if started is not None:
@@ -165,11 +167,16 @@ def controller(command: list[str], env: dict[str, str], stdin: int, log: int,
         if starter is not None and (starter.process.poll() is not None
                                     or (starter.ready and code_stamp() != starter.code_stamp)):
             starter.close()  # gone, or it runs older code than is on disk: replace it
-            _current = starter = None
-        if starter is None and _local_runs >= START_WITH_RUN:
+            _starters[engine] = starter = None
+        if starter is None and _local_runs[engine] >= START_WITH_RUN:
             with contextlib.suppress(OSError):
-                _current = Starter(env)
+                _starters[engine] = Starter(env, engine)
         return None
+
+
+def starters() -> list[Starter]:
+    """This process's starters (of either kind) started so far."""
+    return [s for s in _starters.values() if s is not None]
 
 
 def code_stamp() -> float:
@@ -209,12 +216,13 @@ def _receive(sock: socket.socket) -> tuple[dict[str, Any], list[int]]:
 
 
 # --- the starter itself -----------------------------------------------------------------------------
-def serve(sock: socket.socket) -> None:
-    """Import what every controller and engine rank imports, say so, then fork a controller per
-    request and tell exit statuses, until the submitting side closes its end."""
+def serve(sock: socket.socket, engine: bool = True) -> None:
+    """Import what every controller and rank of its kind imports (`engine`: torch._dynamo too), say
+    so, then fork a controller per request and tell exit statuses, until the submitting side closes
+    its end."""
     from workbench.launch import local_controller
 
-    forked.preload()
+    forked.preload(engine)
     children: dict[int, forked.Forked] = {}
 
     def reap(signum: int, frame: Any) -> None:  # at once: an ended controller is not left a zombie
@@ -260,7 +268,7 @@ def _handle(request: dict[str, Any], fds: list[int], children: dict[int, forked.
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     with socket.socket(fileno=int(args[0])) as sock:
-        serve(sock)
+        serve(sock, engine=args[1] != _KINDS[False])
 
 
 if __name__ == "__main__":
