@@ -154,15 +154,7 @@ class RankAgent:
         if forked.warm() and not forked.why_not_fork() and not forked.why_fresh(forked.engine_run(self.run), names):
             from workbench.engine import worker as worker_module
 
-            out_r, out_w = os.pipe()
-            err_r, err_w = os.pipe()
-            child = forked.fork(lambda: worker_module.main(args), env=env, argv=[worker_module.__file__, *args],
-                                stdout=out_w, stderr=err_w, new_session=True, death_signal=signal.SIGKILL)
-            os.close(out_w)
-            os.close(err_w)
-            child.stdout = open(out_r, "rb", buffering=0)  # noqa: SIM115 - closed by the tee
-            child.stderr = open(err_r, "rb", buffering=0)  # noqa: SIM115
-            return child
+            return forked.fork_piped(lambda: worker_module.main(args), env=env, argv=[worker_module.__file__, *args])
         return subprocess.Popen(
             # the folder whole: its command line names it wherever the worker goes (workbench.launch.ours)
             [sys.executable, "-m", "workbench.engine.worker", *args], env=env, start_new_session=True,

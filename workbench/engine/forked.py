@@ -90,10 +90,13 @@ def why_fresh(engine: bool, env_names: Sequence[str] = ()) -> str:
 
 def engine_run(run: Any) -> bool:
     """The run (a RunDir) trains with workbench's engine (a task), not a script or function of the
-    user's."""
+    user's, and is not a warm pool."""
     from workbench.config.sections import JobConfig
     from workbench.config.tasknames import runs_own_code
+    from workbench.runfolder.layout import PoolDir
 
+    if PoolDir(run.root).meta.exists():
+        return False  # a warm pool runs user code too (scripts, functions, %%ranks cells)
     try:
         return not runs_own_code(JobConfig.from_yaml(run.config).task.name)
     except (OSError, ValueError):
@@ -198,6 +201,28 @@ def fork(target: Callable[[], int | None], *, env: dict[str, str], argv: Sequenc
     with open(ready_r, "rb") as ready:
         ready.read(1)  # set up (or died trying: the pipe closes either way)
     return Forked(pid)
+
+
+def fork_piped(target: Callable[[], int | None], *, env: dict[str, str], argv: Sequence[str],
+               command_line: Sequence[str] | None = None) -> Forked:
+    """`fork` as a rank's agent starts its worker (Popen with stdout and stderr piped, a session of
+    its own, killed by the kernel if this process dies): the pipes' read ends are the returned
+    child's stdout and stderr, and the child holds neither."""
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    try:
+        child = fork(target, env=env, argv=argv, stdout=out_w, stderr=err_w, new_session=True,
+                     death_signal=signal.SIGKILL, command_line=command_line, close=[out_r, err_r])
+    except BaseException:
+        for fd in (out_r, err_r):
+            os.close(fd)
+        raise
+    finally:
+        os.close(out_w)
+        os.close(err_w)
+    child.stdout = open(out_r, "rb", buffering=0)  # noqa: SIM115 - closed by the reader (engine.tee)
+    child.stderr = open(err_r, "rb", buffering=0)  # noqa: SIM115
+    return child
 
 
 def _child(target: Callable[[], int | None], env: dict[str, str], argv: Sequence[str],

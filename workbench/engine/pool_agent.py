@@ -31,6 +31,7 @@ import sys
 import time
 from typing import Any
 
+from workbench.engine import forked
 from workbench.engine.agent import PORT_RETRIES, STDERR_TAIL_BYTES, RankAgent, _stderr_tail
 from workbench.engine.monitor import PEER_FAILED_EXIT_CODE, PORT_TAKEN_EXIT_CODE
 from workbench.engine.rendezvous import RankContract, torchrun_env
@@ -91,10 +92,7 @@ class PoolAgent(RankAgent):
         env = {**os.environ, "MASTER_PORT": str(self.env.master_port), NEXT_JOB_ENV: str(self.next_job),
                GENERATION_ENV: str(self.generation), TEE_MARK_ENV: mark,
                **torchrun_env(self.pool.elastic_error(self.rank))}  # a job sets its own error file
-        self.worker = worker = subprocess.Popen(
-            [sys.executable, "-m", "workbench.engine.warm", os.path.abspath(self.pool.root)], env=env,
-            start_new_session=True, preexec_fn=parent_death_signal(signal.SIGKILL),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.worker = worker = self._start_warm_worker(env)
         self.tee = Tee(worker, None, mark)  # each job's output into its run folder's logs, as a cold rank's
         self.proc = Proc.of(worker.pid, group=True) or Proc(worker.pid, 0, worker.pid)
         self._record_procs(self.generation)
@@ -103,10 +101,26 @@ class PoolAgent(RankAgent):
         end([self.proc], self._kill_after_s)
         worker.poll()
         self.tee.close()
+        if outcome not in ("stopped", "closed"):  # down for the next generation before the job is said done:
+            key = self.pool.generation_key(self.generation + 1)  # no worker of this one takes a later job
+            write_json_atomic(self.pool.down_mark(key, self.rank), {"time": time.time()})
         self._job_over(outcome)
         return outcome
 
-    def _watch_jobs(self, worker: subprocess.Popen[bytes]) -> str:
+    def _start_warm_worker(self, env: dict[str, str]) -> subprocess.Popen[bytes] | forked.Forked:
+        """The warm worker: forked from this agent when it is warm (its controller imported torch,
+        not torch._dynamo: a pool runs user code), else a fresh process; either way in a session of
+        its own, killed by the kernel if this agent dies."""
+        command = [sys.executable, "-m", "workbench.engine.warm", os.path.abspath(self.pool.root)]
+        if forked.warm() and not forked.why_not_fork() and not forked.why_fresh(engine=False):
+            from workbench.engine import warm
+
+            return forked.fork_piped(lambda: warm.main(command[3:]), env=env, argv=[warm.__file__, *command[3:]],
+                                     command_line=command if forked.fits(command) else None)
+        return subprocess.Popen(command, env=env, start_new_session=True, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, preexec_fn=parent_death_signal(signal.SIGKILL))
+
+    def _watch_jobs(self, worker: subprocess.Popen[bytes] | forked.Forked) -> str:
         self.supervisor.watch_anew()
         while True:
             code = worker.poll()

@@ -132,12 +132,22 @@ def _one_ddp_step(torch: Any, device: str) -> None:
 
 
 def _next_job(pool: PoolDir, number: int) -> dict[str, Any]:
+    """Job `number` once it is queued, unless the pool is restarting its ranks: then never (this
+    worker's agent ends it).  A rank's agent marks its worker down for the next generation before it
+    says the job that ended it is done, so a job queued after that answer is never taken by a worker
+    of the old generation (its peers would not run it)."""
     path = pool.job(number)
     while True:
         job = read_json(path) if path.exists() else None
-        if isinstance(job, dict):
+        if isinstance(job, dict) and not _restarting(pool):
             return job
         time.sleep(POLL_S)
+
+
+def _restarting(pool: PoolDir) -> bool:
+    """Some rank's worker is down for the pool's next generation (engine.pool_agent)."""
+    key = pool.generation_key(int(os.environ.get(GENERATION_ENV, "0")) + 1)
+    return any(pool.down_mark(key, rank).exists() for rank in range(int(os.environ.get("WORLD_SIZE", "1"))))
 
 
 POOL_ADVICE = "this pool's process group is {held}; run the script in a pool started with dist.backend={asked}"

@@ -25,7 +25,7 @@ from workbench.engine.rendezvous import RUN_DIR_ENV, RankContract, free_port
 from workbench.errors import SubmitError
 from workbench.launch import starter
 from workbench.proctree import parent_death_signal
-from workbench.runfolder.layout import RunDir
+from workbench.runfolder.layout import PoolDir, RunDir
 from workbench.runfolder.private import open_private
 
 
@@ -68,7 +68,8 @@ class LocalExecutor(submitit.LocalExecutor):
 
 def local_executor(cfg: JobConfig, run: RunDir, stop_with_caller: bool = False,
                    ) -> tuple[submitit.LocalExecutor, RankContract]:
-    executor = LocalExecutor(run.logs, run, stop_with_caller, not runs_own_code(cfg.task.name))
+    engine = not runs_own_code(cfg.task.name) and not isinstance(run, PoolDir)  # a pool runs user code too
+    executor = LocalExecutor(run.logs, run, stop_with_caller, engine)
     # Not submitit's 2-minute default: the job's own limit.  USR2 comes 30 s before it.
     executor.update_parameters(tasks_per_node=cfg.dist.procs_per_node, nodes=1,
                                timeout_min=parse_time_limit(cfg.launch.time_limit), signal_delay_s=30)
