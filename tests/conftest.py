@@ -16,14 +16,15 @@ LAYERS = {"unit": "unit", "process": "process", "ddp": "ddp", "slurm": "slurm", 
 """Folder under tests/ -> the marker every test in it carries."""
 
 
-GROUPS = {"slurm": "machine", "notebooks": "machine", "browser": "browser"}
-"""Folder -> what its tests use that the machine has once.  Group "machine": the SLURM test cluster (it owns
-/etc/slurm; tests/slurm and notebook 03 use it) and the README, the docs/ pages and the notebooks run in
-place (they share the checkout's runs/ folders); group "browser": JupyterLab in Chromium, the heaviest
-thing a test starts.
-Each such test holds that resource's file lock while it runs (`holds`, tests/support/exclusive.py): that is
-what makes the suite right, serially, under any `-n` and any scheduler.  The same name as an xdist group
-(`--dist loadgroup`) keeps them on one worker, so they never wait on each other's lock."""
+GROUPS = {"slurm": "slurm", "notebooks": "checkout", "browser": "browser"}
+"""Folder -> what its tests use that the machine has once.  Group "slurm": the SLURM test cluster (it owns
+/etc/slurm); group "checkout": the README, the docs/ pages and the notebooks run in place (they share the
+checkout's runs/ folders); group "browser": JupyterLab in Chromium, the heaviest thing a test starts.
+Each such test holds that resource's file lock while it runs (`holds`, tests/support/exclusive.py), and a
+test of another folder marked `slurm` (notebook 03) holds the "slurm" lock too: that is what makes the
+suite right, serially, under any `-n` and any scheduler.  The same name as an xdist group (`--dist
+loadgroup`) keeps a group on one worker, so its tests never wait on each other's lock; the SLURM tests and
+the notebooks run beside each other on two workers."""
 
 
 RUNS_PROCESSES = {"process", "ddp", "slurm", "notebooks"}
@@ -82,5 +83,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(getattr(pytest.mark, LAYERS[folder]))
         group = GROUPS.get(folder)
         if group:
-            item.add_marker(pytest.mark.holds(group))
+            uses_slurm = group != "slurm" and item.get_closest_marker("slurm") is not None
+            item.add_marker(pytest.mark.holds(group, *(["slurm"] if uses_slurm else [])))
             item.add_marker(pytest.mark.xdist_group(group))

@@ -2,8 +2,9 @@
 checkout's runs/ folders, JupyterLab) is never used by two tests at once, whatever the scheduler.
 
 Each test runs a small suite in a fresh `python -m pytest` whose tests record when they ran and on which
-worker: two modules that hold "machine" the way tests/conftest.py marks tests/slurm and tests/notebooks,
-and one that holds nothing.  Its lock folder is the test's own (WB_TEST_LOCK_DIR), so a real suite
+worker: two modules that hold "checkout" the way tests/conftest.py marks tests/notebooks, and one that
+holds nothing; or modules that hold "slurm", as tests/slurm does, and both, as a notebook that uses the
+SLURM test cluster does.  Its lock folder is the test's own (WB_TEST_LOCK_DIR), so a real suite
 running beside it is not touched."""
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ HOLDING = '''
 import json, os, time
 import pytest
 
-pytestmark = [pytest.mark.holds("machine"), pytest.mark.xdist_group("machine")]
+pytestmark = [pytest.mark.holds(*HELD), pytest.mark.xdist_group(HELD[0])]
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +48,7 @@ def test_held(i, shared_state):
     time.sleep(0.3)
     with open(os.environ["RECORD"], "a") as out:
         out.write(json.dumps({"test": __name__ + str(i), "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
-                              "start": start, "end": time.monotonic()}) + "\\n")
+                              "held": HELD, "start": start, "end": time.monotonic()}) + "\\n")
 '''
 
 FREE = '''
@@ -60,8 +61,10 @@ def test_free(i):
 '''
 
 
-def _run_suite(folder: Path, options: str) -> list[dict]:
-    for name, text in {"test_held_a.py": HOLDING, "test_held_b.py": HOLDING, "test_free.py": FREE,
+def _run_suite(folder: Path, options: str, held: tuple[tuple[str, ...], ...] = (("checkout",), ("checkout",)),
+               ) -> list[dict]:
+    modules = {f"test_held_{i}.py": f"HELD = {names!r}\n" + HOLDING for i, names in enumerate(held)}
+    for name, text in {**modules, "test_free.py": FREE,
                        "conftest.py": 'pytest_plugins = ["tests.support.exclusive"]\n'}.items():
         (folder / name).write_text(text)
     (folder / "pytest.ini").write_text("[pytest]\n")  # this folder is the rootdir: none of the project's settings
@@ -76,9 +79,10 @@ def _run_suite(folder: Path, options: str) -> list[dict]:
 
 
 def _overlaps(records: list[dict]) -> list[tuple[str, str]]:
-    ordered = sorted(records, key=lambda r: r["start"])
+    """Pairs of tests that ran at the same time and hold a resource in common."""
     return [(a["test"] + "@" + a["worker"], b["test"] + "@" + b["worker"])
-            for a, b in zip(ordered, ordered[1:]) if b["start"] < a["end"]]
+            for i, a in enumerate(records) for b in records[i + 1:]
+            if set(a["held"]) & set(b["held"]) and a["start"] < b["end"] and b["start"] < a["end"]]
 
 
 def test_the_suites_scheduler_keeps_a_group_on_one_worker(tmp_path):
@@ -87,10 +91,10 @@ def test_the_suites_scheduler_keeps_a_group_on_one_worker(tmp_path):
     records = _run_suite(tmp_path, ADDOPTS)
     assert len(records) == 6
     workers = {r["worker"] for r in records}
-    assert len(workers) == 1, f"the 'machine' group ran on workers {sorted(workers)}: grouping is broken"
+    assert len(workers) == 1, f"the 'checkout' group ran on workers {sorted(workers)}: grouping is broken"
 
 
-def test_tests_holding_the_machine_never_overlap_under_any_scheduler(tmp_path):
+def test_tests_holding_the_checkout_never_overlap_under_any_scheduler(tmp_path):
     """`--dist each` runs every test on both workers at once: the worst case for the lock.  Each worker's held
     tests run as one block (its module fixtures live inside the hold), never beside the other's."""
     records = _run_suite(tmp_path, "-n 2 --dist each")
@@ -104,3 +108,13 @@ def test_tests_holding_the_machine_never_overlap_under_any_scheduler(tmp_path):
 def test_serially_the_lock_is_taken_and_given_back(tmp_path):
     records = _run_suite(tmp_path, "-p no:xdist")
     assert len(records) == 6 and _overlaps(records) == []
+
+
+@pytest.mark.parametrize("options", [ADDOPTS, "-n 2 --dist each"])
+def test_a_test_holding_two_resources_waits_for_both_and_none_waits_forever(tmp_path, options):
+    """A notebook that uses the SLURM test cluster holds "checkout" and "slurm"; tests/slurm hold "slurm" alone,
+    in the other group (another worker): the SLURM tests never overlap the notebook, the other notebooks may, and
+    the locks, taken in one order, never leave two workers waiting on each other."""
+    records = _run_suite(tmp_path, options, held=(("checkout",), ("checkout", "slurm"), ("slurm",)))
+    assert len(records) == 9 * (2 if "each" in options else 1)
+    assert _overlaps(records) == []

@@ -1,8 +1,9 @@
 """What the machine has once is held by a file lock, so the suite is right under any scheduler.
 
-A test marked `holds("machine")` (tests/conftest.py marks whole folders) runs only while this process
-holds the lock file `<LOCK_DIR>/machine.lock` (fcntl.flock: the kernel drops it when its holder dies,
-so a killed worker never leaves it held).  Any number of pytest processes on the machine, xdist
+A test marked `holds("checkout")` (tests/conftest.py marks whole folders) runs only while this process
+holds the lock file `<LOCK_DIR>/checkout.lock` (fcntl.flock: the kernel drops it when its holder dies,
+so a killed worker never leaves it held); one that holds two (`holds("checkout", "slurm")`: a
+notebook that uses the SLURM test cluster) takes them in name order, as every process does.  Any number of pytest processes on the machine, xdist
 workers or sessions side by side, take turns:
 
 - the lock is taken before the test's setup and kept while the next test of this process holds the
@@ -64,32 +65,41 @@ def _release(lock: IO[str]) -> None:
     lock.close()
 
 
-def resource(item: pytest.Item | None) -> str | None:
-    """The resource a test holds while it runs, or None."""
+def resources(item: pytest.Item | None) -> tuple[str, ...]:
+    """The resources a test holds while it runs (sorted: the order they are taken in), or ()."""
     mark = item.get_closest_marker(MARKER) if item is not None else None
-    return str(mark.args[0]) if mark else None
+    return tuple(sorted({str(name) for name in mark.args})) if mark else ()
 
 
 _HELD: dict[str, IO[str]] = {}
-"""The locks this process holds now, by resource (at most one: released before another is taken)."""
+"""The locks this process holds now, by resource."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", f"{MARKER}(resource): runs only while holding the machine-wide lock of "
-                                       "`resource` (tests/support/exclusive.py)")
+    config.addinivalue_line("markers", f"{MARKER}(*resources): runs only while holding the machine-wide lock of "
+                                       "each resource (tests/support/exclusive.py)")
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)  # outside pytest-timeout's wrapper: waiting is not the test's time
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[Any]:
-    name = resource(item)
-    for other in [held_name for held_name in _HELD if held_name != name]:
+    names = resources(item)
+    for other in [held_name for held_name in _HELD if held_name not in names]:
         _release(_HELD.pop(other))
-    if name is not None and name not in _HELD:
-        _HELD[name], waited = _acquire(name)
-        if waited >= 1.0:
-            item.add_report_section("setup", "holds", f"waited {waited:.1f} s for the {name!r} lock")
+    missing = [name for name in names if name not in _HELD]
+    if missing and any(held_name > missing[0] for held_name in _HELD):
+        for held_name in list(_HELD):  # locks are taken in one order everywhere: no two processes wait on each other
+            _release(_HELD.pop(held_name))
+        missing = list(names)
+    waited = 0.0
+    for name in missing:
+        _HELD[name], took = _acquire(name)
+        waited += took
+    if waited >= 1.0:
+        item.add_report_section("setup", "holds", f"waited {waited:.1f} s for the {', '.join(missing)} lock")
     try:
         return (yield)
     finally:
-        if name is not None and resource(nextitem) != name and name in _HELD:
-            _release(_HELD.pop(name))
+        following = resources(nextitem)
+        for name in names:
+            if name not in following and name in _HELD:
+                _release(_HELD.pop(name))

@@ -18,7 +18,7 @@ from .slurm_cluster import SlurmCluster, Unavailable, shared
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[SlurmCluster]:
     """The machine's one cluster, shared by every worker of the session (started by the first to ask, stopped
-    by the last to finish); each test that uses it holds the "machine" lock (tests/conftest.py)."""
+    by the last to finish); each test that uses it holds the "slurm" lock (tests/conftest.py)."""
     saved_env = {name: os.environ.get(name) for name in SlurmCluster().env}
     try:
         with shared() as cluster:  # may apt-get install the packages
