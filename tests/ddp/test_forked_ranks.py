@@ -138,7 +138,7 @@ def test_a_controller_that_cannot_preload_torch_says_so_and_the_ranks_report_the
 
 
 SESSION = r'''
-import json, os, signal, sys, time
+import json, os, signal, sys, threading, time
 import workbench
 from workbench.config import JobConfig
 from workbench.launch import starter
@@ -161,7 +161,9 @@ def one(note):
                   "folder": str(run.folder), "losses": losses, "forked": forked, "code": process.poll()})
 
 one("first")                       # a fresh controller
-one("second")                      # a fresh controller; the starter starts beside it
+submitter = threading.Thread(target=one, args=("second",))  # as a sweep's driver or the form's submit
+submitter.start()
+submitter.join()                   # a fresh controller; the starter starts beside it and outlives the thread
 deadline = time.monotonic() + 60
 while not starter._starters[True].usable(dict(os.environ)) and time.monotonic() < deadline:
     time.sleep(0.1)                # its imports done
@@ -170,6 +172,14 @@ os.environ["SOME_SETTING"] = "1"
 one("other environment")           # a fresh controller: the starter imported without it
 del os.environ["SOME_SETTING"]
 one("environment back")            # the starter again
+original_starter = starter._starters[True].process.pid
+os.environ["SOME_SETTING"] = "2"   # set for good, as a cell does (or torch, TORCHINDUCTOR_CACHE_DIR)
+one("set for good")                # a fresh controller
+one("set for good, again")         # a fresh one; the starter is replaced by one with this environment
+deadline = time.monotonic() + 60
+while not starter._starters[True].usable(dict(os.environ)) and time.monotonic() < deadline:
+    time.sleep(0.1)
+one("set for good, third")         # forked from the new starter
 first_starter = starter._starters[True].process.pid
 os.kill(first_starter, signal.SIGKILL)
 starter._starters[True].process.wait()
@@ -204,7 +214,7 @@ while not starter._starters[False].usable(dict(os.environ)) and time.monotonic()
     time.sleep(0.1)
 one_script("third script")         # forked from the user code's starter
 print(json.dumps({"runs": facts, "scripts": scripts,
-                  "starters": [first_starter, second_starter.process.pid,
+                  "starters": [original_starter, first_starter, second_starter.process.pid,
                                starter._starters[True].process.pid, starter._starters[False].process.pid]}))
 '''
 
@@ -215,10 +225,11 @@ def test_a_session_forks_its_later_controllers_from_one_warm_starter_that_leaves
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     runs = {r["note"]: r for r in result["runs"]}
-    assert [r["state"] for r in result["runs"]] == ["finished"] * 7
+    assert [r["state"] for r in result["runs"]] == ["finished"] * 10
     kinds = {note: r["controller"] for note, r in runs.items()}
     assert kinds == {"first": "Popen", "second": "Popen", "third": "StartedController", "other environment": "Popen",
-                     "environment back": "StartedController", "starter killed": "Popen", "code changed": "Popen"}
+                     "environment back": "StartedController", "set for good": "Popen", "set for good, again": "Popen",
+                     "set for good, third": "StartedController", "starter killed": "Popen", "code changed": "Popen"}
     for r in result["runs"]:
         assert r["forked"] == [True, True] and r["code"] == 0
         assert r["losses"] == runs["first"]["losses"]  # the same seeds and data: bit for bit

@@ -16,10 +16,13 @@ that import, about 3-4 CPU-seconds, for every run; with a starter it pays it onc
   fresh process, and the command line a fresh one shows (`python -m workbench.launch.local_controller
   <run>/logs`), which workbench.launch.ours checks before any signal.
 - It is used only while it matches: a run whose environment differs from the starter's (besides what
-  each run sets), or one submitted after workbench's files changed on disk, gets a fresh controller,
-  and the starter is replaced for the runs after it.
-- A starter dies with the submitting process (parent-death signal) and leaves by itself when the
-  socket to it closes.  It reaps the controllers it forked and tells their exit status on request (a
+  each run sets), or one submitted after workbench's files changed on disk, gets a fresh controller.
+  A starter of older code is replaced for the runs after it; one of another environment when a
+  second run in a row has the new one.
+- A starter leaves with the submitting process: when the socket to it closes, or within a second of
+  its parent's death.  (Not by a parent-death signal: that comes when the *thread* that started the
+  starter ends, and a sweep's driver or the form's submit runs in a thread of its own.)  It reaps the
+  controllers it forked and tells their exit status on request (a
   controller killed by a signal is written down by its submitter: Run._controller_seen_dying).
 - Nothing else reaches it: it listens on one end of a socket pair that only its submitter holds.
 
@@ -43,7 +46,7 @@ from typing import Any
 
 from workbench.engine import forked
 from workbench.engine.rendezvous import RUN_DIR_ENV
-from workbench.proctree import Proc, parent_death_signal
+from workbench.proctree import Proc
 
 PADDING = 4096
 """Bytes of argument area the starter reserves for a controller's command line (a run folder's path)."""
@@ -85,7 +88,7 @@ class Starter:
                 [sys.executable, "-m", "workbench.launch.starter", str(theirs.fileno()), _KINDS[engine],
                  " " * PADDING],
                 env=env, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, start_new_session=True, preexec_fn=parent_death_signal(signal.SIGKILL))
+                stderr=subprocess.DEVNULL, start_new_session=True)  # not a parent-death signal: see serve
         self.statuses: dict[int, int] = {}
 
     def usable(self, env: dict[str, str]) -> bool:
@@ -145,6 +148,8 @@ _starters: dict[bool, Starter | None] = {True: None, False: None}
 _current_lock = threading.Lock()
 _local_runs = {True: 0, False: 0}
 """Local runs of each kind this process started (the kind's starter is started with the second)."""
+_env_runs: dict[bool, tuple[dict[str, str], int]] = {True: ({}, 0), False: ({}, 0)}
+"""Per kind: the environment of the last run, and how many runs in a row had it."""
 START_WITH_RUN = 2
 
 
@@ -152,10 +157,16 @@ def controller(command: list[str], env: dict[str, str], stdin: int, log: int,
                stop_with_caller: bool, engine: bool = True) -> StartedController | None:
     """This run's controller forked from this process's starter of its kind (`engine`: the engine's
     run, else user code), or None: start a fresh one.  A starter that died or imported older code
-    than is on disk now is replaced for the runs after this one; one whose environment differs from
-    this run's is kept for the runs that match it.  A one-run caller's run (`stop_with_caller`: its
+    than is on disk now is replaced for the runs after this one.  One whose environment differs from
+    this run's is kept for the runs that match it, and replaced by one started with the new
+    environment at the second run in a row that has it (the submitting process changed its
+    environment for good: a cell's `os.environ[...] = ...`, or torch setting TORCHINDUCTOR_CACHE_DIR
+    the first time it looks for its cache).  A one-run caller's run (`stop_with_caller`: its
     controller must die with the caller) neither uses nor starts one."""
     _local_runs[engine] += 1
+    comparable = _comparable(env)
+    last, count = _env_runs[engine]
+    _env_runs[engine] = (comparable, count + 1 if comparable == last else 1)
     if stop_with_caller or forked.why_not_fork() == f"{forked.SWITCH_ENV}=0" or not sys.platform.startswith("linux"):
         return None  # a one-run caller's controller dies with the caller: a fresh one, its child
     with _current_lock:
@@ -165,8 +176,9 @@ def controller(command: list[str], env: dict[str, str], stdin: int, log: int,
             if started is not None:
                 return started
         if starter is not None and (starter.process.poll() is not None
-                                    or (starter.ready and code_stamp() != starter.code_stamp)):
-            starter.close()  # gone, or it runs older code than is on disk: replace it
+                                    or (starter.ready and code_stamp() != starter.code_stamp)
+                                    or (starter.env != comparable and _env_runs[engine][1] >= START_WITH_RUN)):
+            starter.close()  # gone, older code than is on disk, or a second run in another environment: replace it
             _starters[engine] = starter = None
         if starter is None and _local_runs[engine] >= START_WITH_RUN:
             with contextlib.suppress(OSError):
@@ -231,8 +243,11 @@ def serve(sock: socket.socket, engine: bool = True) -> None:
 
     signal.signal(signal.SIGCHLD, reap)
     _send(sock, {"ready": True, "pid": os.getpid()}, [])
+    parent = os.getppid()
     while True:
         readable, _, _ = select.select([sock], [], [], 1.0)
+        if os.getppid() != parent:
+            return  # the submitting process died (its end of the socket may live on in a child of it)
         for child in list(children.values()):
             child.poll()  # reap the ended
         if not readable:
