@@ -118,3 +118,32 @@ def test_a_test_holding_two_resources_waits_for_both_and_none_waits_forever(tmp_
     records = _run_suite(tmp_path, options, held=(("checkout",), ("checkout", "slurm"), ("slurm",)))
     assert len(records) == 9 * (2 if "each" in options else 1)
     assert _overlaps(records) == []
+
+
+def test_the_slurm_test_clusters_owner_leaving_first_hands_it_to_the_last_user(tmp_path, monkeypatch):
+    """Two workers share the cluster (group slurm, and notebook 03 in group checkout).  When its starter (the
+    owner) leaves first, the one still using it becomes the owner, so that the last to leave stops it: an
+    owner counted as a user after it left kept the whole cluster running after a suite (seen once: every
+    daemon left running, its state naming only the dead owner)."""
+    from tests.support import slurm_cluster as sc
+
+    monkeypatch.setattr(sc, "STATE_DIR", tmp_path)
+    monkeypatch.setattr(sc, "STATE_FILE", tmp_path / "pids")
+    monkeypatch.setattr(sc, "STATE_LOCK", tmp_path / "lock")
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # the worker still using it
+    try:
+        them = {"pid": other.pid, "start": sc._proc_stat(other.pid)[1]}
+        me = sc._me()
+        sc._save_state({"owner": me, "users": [me, them], "daemons": [], "nodes": ["n1", "n2"],
+                        "workdir": str(tmp_path / "cluster"), "ports": {}})
+        with sc.shared():  # this process, the owner, joins and then leaves first
+            pass
+        state = sc._load_state()
+        assert state["owner"] == them and state["users"] == [them]
+        other.kill()
+        other.wait()
+        assert sc._live_users(state) == []  # the other gone too: no one is counted as using it
+    finally:
+        if other.poll() is None:
+            other.kill()
+            other.wait()

@@ -234,6 +234,8 @@ def shared() -> Iterator[SlurmCluster]:
                 cluster._state = None  # stopped already (a test stopped it on purpose); nothing of it is left
             elif others:
                 state["users"] = others  # still in use: the last one out stops it
+                if state.get("owner") == me:  # the owner counts as a user: one that left must not
+                    state["owner"] = others[0]
                 _save_state(state)
             else:
                 cluster._state = state
