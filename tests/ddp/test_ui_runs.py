@@ -10,7 +10,7 @@ import pytest
 
 import workbench
 from tests.support.runs import PNG_MAGIC, tiny_cfg
-from tests.support.tasks_for_tests import failing_at, fn_for_the_widget
+from tests.support.tasks_for_tests import failing_at, fn_for_the_widget, gated
 from workbench.launch.status import TERMINAL
 from workbench.ui import Dashboard, Workbench
 
@@ -24,10 +24,12 @@ def read_meta_pool(run) -> str:
 @pytest.mark.ddp
 @pytest.mark.timeout(240)
 def test_dashboard_of_a_finished_run_shows_plot_badges_and_full_progress(tmp_path):
-    run = workbench.submit(tiny_cfg(tmp_path))
+    gate = tmp_path / "gate"  # the run cannot end before the test has seen the dashboard poll a live run
+    run = workbench.submit(tiny_cfg(tmp_path), task=functools.partial(gated, str(gate), 4, n_train=512, n_val=64))
     dash = Dashboard(run)
     # the constructor returned while the run still goes on: the poller works in the background
     assert dash.running and run.status().state not in TERMINAL
+    gate.touch()
     assert run.wait(timeout=180).state == "finished", run.exception()
     dash._thread.join(timeout=15)
     assert not dash.running, "the poller stops by itself once the run is done"
