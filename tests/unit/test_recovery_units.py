@@ -101,3 +101,18 @@ def test_a_checkpoint_that_would_run_code_is_refused_not_run(tmp_path):
     with pytest.raises(NoReadableCheckpoint, match="step-00000003.pt: UnpicklingError"):
         load_latest(run)  # torch.load(weights_only=True) refuses it: the command never runs
     assert not marker.exists()
+
+
+def test_down_marks_are_per_meeting_and_rank_and_a_peers_mark_makes_a_rank_follow(tmp_path):
+    """The regroup barrier's marks (engine.supervisor) and a pool's next generation (engine.warm):
+    one rank down for a meeting is seen by its peers, not by another meeting."""
+    from workbench.engine.supervisor import Supervisor
+
+    run = RunDir(tmp_path / "run")
+    key, other = RunDir.start_key("41", 0), RunDir.start_key("41", 1)
+    assert run.ranks_down(key, 3) == set()
+    run.mark_down(key, 2)
+    assert run.ranks_down(key, 3) == {2} and run.ranks_down(other, 3) == set()
+    assert run.ranks_down(key, 2) == set(), "a rank beyond the world is not one of its ranks"
+    follows = [Supervisor(rank, 3, lambda: False) for rank in range(3)]
+    assert [sup.regrouping(run, key) for sup in follows] == [True, True, False], "a rank's own mark is not a peer's"

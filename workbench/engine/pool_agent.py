@@ -103,7 +103,7 @@ class PoolAgent(RankAgent):
         self.tee.close()
         if outcome not in ("stopped", "closed"):  # down for the next generation before the job is said done:
             key = self.pool.generation_key(self.generation + 1)  # no worker of this one takes a later job
-            write_json_atomic(self.pool.down_mark(key, self.rank), {"time": time.time()})
+            self.pool.mark_down(key, self.rank)
         self._job_over(outcome)
         return outcome
 

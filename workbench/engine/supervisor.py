@@ -20,7 +20,7 @@ from typing import Any
 
 from workbench.engine.rendezvous import publish_port
 from workbench.runfolder.causes import cause_of, from_record
-from workbench.runfolder.layout import RunDir, read_json, write_json_atomic
+from workbench.runfolder.layout import RunDir, read_json
 from workbench.runfolder.rankstate import HEARTBEAT_S
 
 POLL_S = 0.1
@@ -89,11 +89,10 @@ class Supervisor:
         every rank's worker is down, calls `lead` and publishes a fresh port on `host` with what
         `lead` returned; the others wait for that.  The meeting's record (port, host, ...), or
         None if the agent was stopped while waiting."""
-        write_json_atomic(folder.down_mark(key, self.rank), {"time": time.time()})
+        folder.mark_down(key, self.rank)
         meeting = folder.rendezvous(key)
         if self.rank == 0:
-            if not self._wait_for(folder, lambda: all(folder.down_mark(key, r).exists()
-                                                      for r in range(self.world_size))):
+            if not self._wait_for(folder, lambda: len(folder.ranks_down(key, self.world_size)) == self.world_size):
                 return None
             publish_port(meeting, host, **lead())
         elif not self._wait_for(folder, lambda: read_json(meeting) is not None):
@@ -103,7 +102,7 @@ class Supervisor:
 
     def regrouping(self, folder: RunDir, key: str) -> bool:
         """Another rank's worker is down for the meeting `key`: this rank follows."""
-        return any(folder.down_mark(key, r).exists() for r in range(self.world_size) if r != self.rank)
+        return bool(folder.ranks_down(key, self.world_size) - {self.rank})
 
     def _wait_for(self, folder: RunDir, ready: Callable[[], bool]) -> bool:
         deadline = time.monotonic() + REGROUP_TIMEOUT_S

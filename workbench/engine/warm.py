@@ -147,7 +147,7 @@ def _next_job(pool: PoolDir, number: int) -> dict[str, Any]:
 def _restarting(pool: PoolDir) -> bool:
     """Some rank's worker is down for the pool's next generation (engine.pool_agent)."""
     key = pool.generation_key(int(os.environ.get(GENERATION_ENV, "0")) + 1)
-    return any(pool.down_mark(key, rank).exists() for rank in range(int(os.environ.get("WORLD_SIZE", "1"))))
+    return bool(pool.ranks_down(key, int(os.environ.get("WORLD_SIZE", "1"))))
 
 
 POOL_ADVICE = "this pool's process group is {held}; run the script in a pool started with dist.backend={asked}"

@@ -285,6 +285,14 @@ class RunDir:
         """Rank R's worker is down, waiting for the meeting `key`."""
         return self.rendezvous_folder / f"{key}-down-rank{rank}.json"
 
+    def mark_down(self, key: str, rank: int) -> None:
+        """Say that rank R's worker is down for the meeting `key` (the regroup barrier, a pool's next generation)."""
+        write_json_atomic(self.down_mark(key, rank), {"time": time.time()})
+
+    def ranks_down(self, key: str, world_size: int) -> set[int]:
+        """The ranks whose worker is down for the meeting `key`."""
+        return {rank for rank in range(world_size) if self.down_mark(key, rank).exists()}
+
     @staticmethod
     def start_key(job_id: str, requeue: int) -> str:
         """The meeting of a job's ranks when they start (its requeue-th time): the SLURM port."""
