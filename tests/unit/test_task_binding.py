@@ -146,3 +146,52 @@ def test_a_run_folder_written_before_the_word_payload_still_reads_its_task_pkl(t
 
 def _factory_for_old_folders():
     return None
+
+
+class _CallableFactory:
+    def __call__(self, hidden=64):
+        return my_task(hidden)
+
+
+@pytest.mark.parametrize("factory", [my_task, functools.partial(my_task, 32), functools.partial(
+    functools.partial(my_task), hidden=8)], ids=["function", "partial", "nested partial"])
+def test_a_factory_names_its_run_by_its_function_never_by_a_repr(tmp_path, factory):
+    """A partial (the usual way to fix a factory's arguments) names the run as its function does: the
+    folder `my_task-<time>`, not `functools-functools-partial--function-my_task-at-0x7f...`."""
+    from workbench.runfolder.layout import default_run_dir
+
+    cfg, _ = engine_payload(JobConfig.from_dict({"launch": {"run_root": str(tmp_path)}}), factory)
+    assert cfg.task.name == f"<{__name__}.my_task>"
+    assert default_run_dir(cfg).name.startswith("my_task-")
+
+
+def test_a_callable_object_or_lambda_is_named_by_its_class_or_lambda():
+    from workbench.engine.tasks import factory_label
+    from workbench.runfolder.layout import safe_name
+
+    assert factory_label(_CallableFactory()) == f"<{__name__}._CallableFactory>"
+    assert safe_name(factory_label(lambda: None)) == "lambda"
+
+
+def test_folder_names_keep_the_functions_own_name_and_only_safe_characters():
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    from workbench.runfolder.layout import safe_name
+
+    assert [safe_name(n) for n in ("pkg.mod:make", "<pkg.mod.Outer.<locals>.make>", "synthetic", "<script train>")] == [
+        "make", "make", "synthetic", "script-train"]
+
+    @given(st.text(max_size=80))
+    def any_name(name):
+        made = safe_name(name)
+        assert 0 < len(made) <= 40 and all(c.isalnum() or c in "-_" for c in made), (name, made)
+
+    any_name()
+
+
+def test_a_function_run_of_a_partial_is_named_by_its_function(tmp_path):
+    from workbench.launch.submit import fn_payload
+
+    cfg, _ = fn_payload(functools.partial(my_task, 16), (), {}, None)
+    assert cfg.task.name == "<function my_task>" and cfg.launch.name == "my_task"

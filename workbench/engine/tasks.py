@@ -7,6 +7,7 @@ object (a function defined in a notebook cell is pickled by value and shipped to
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -148,8 +149,19 @@ def _keys(keys: list[str], what: str) -> str:
 
 
 def factory_label(factory: Callable[..., Any]) -> str:
-    """A readable name for a factory object, stored in the config snapshot."""
-    return f"<{getattr(factory, '__module__', '?')}.{getattr(factory, '__qualname__', repr(factory))}>"
+    """A readable name for a factory object, stored in the config snapshot and naming the run's
+    folder: a functools.partial by the function it wraps, a callable object by its class (never a
+    repr, which carries a memory address)."""
+    inner = unwrapped(factory)
+    return f"<{getattr(inner, '__module__', None) or '?'}.{inner.__qualname__}>"
+
+
+def unwrapped(fn: Callable[..., Any]) -> Any:
+    """What names a callable: the function a functools.partial wraps, a callable object's class."""
+    inner: Any = fn
+    while isinstance(inner, functools.partial):
+        inner = inner.func
+    return inner if hasattr(inner, "__qualname__") else type(inner)
 
 
 # --- binding a factory to task.options (checked at submit, before any process starts) ---------------

@@ -19,7 +19,7 @@ from typing import Any
 from workbench.config.sections import JobConfig
 from workbench.engine.entry import RankEntry
 from workbench.engine.script import FnPayload, ScriptPayload
-from workbench.engine.tasks import factory_label, factory_options, named_task_problem
+from workbench.engine.tasks import factory_label, factory_options, named_task_problem, unwrapped
 from workbench.errors import ArgumentError, ConfigError, ResizeWarning, SubmitError, UserFacing
 from workbench.launch.executors import make_executor
 from workbench.launch.run import Run, live_job
@@ -107,7 +107,7 @@ def fn_payload(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, 
             ) -> tuple[JobConfig, FnPayload]:
     """The config and FnPayload of a function run (submit_fn)."""
     cfg = cfg or JobConfig()
-    name = getattr(fn, "__name__", "fn").strip("<>") or "fn"
+    name = getattr(unwrapped(fn), "__name__", "fn").strip("<>") or "fn"
     cfg = cfg.replace(task__name=f"<function {name}>", **({} if cfg.launch.name else {"launch__name": safe_name(name)}))
     d = cfg.dist
     return cfg, FnPayload(fn, tuple(args), dict(kwargs), d.backend, float(d.timeout_s), d.threads_per_rank,

@@ -446,7 +446,12 @@ def default_run_dir(cfg: JobConfig, suffix: str | None = None) -> Path:
 
 
 def safe_name(name: str) -> str:
-    keep = "".join(c if c.isalnum() or c in "-_" else "-" for c in name.split(":")[-1].strip("<>"))
+    """A folder-name part for a task or run name: a factory's import string ("pkg.mod:make") or label
+    ("<pkg.mod.make>", engine.tasks.factory_label) by its function's own name ("make")."""
+    name = name.split(":")[-1]
+    if name.startswith("<") and name.endswith(">") and " " not in name:
+        name = name[1:-1].rsplit(".", 1)[-1]
+    keep = "".join(c if c.isalnum() or c in "-_" else "-" for c in name.strip("<>"))
     return keep.strip("-")[:40] or "run"
 
 
