@@ -147,3 +147,14 @@ def test_the_slurm_test_clusters_owner_leaving_first_hands_it_to_the_last_user(t
         if other.poll() is None:
             other.kill()
             other.wait()
+
+
+def test_a_test_holding_two_resources_is_last_in_its_group():
+    """Notebook 03 (checkout and slurm) runs after the group's other notebooks and docs: early, its worker
+    would wait for the other worker's whole SLURM group with nothing to do (tests/conftest.py, _holds_two)."""
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0", "-p",
+                           "no:cacheprovider", "tests/notebooks"], cwd=REPO, capture_output=True, text=True, timeout=150)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    ids = [line for line in proc.stdout.splitlines() if "::" in line]
+    slurm = [i for i, test in enumerate(ids) if "03_slurm" in test and "test_notebook_runs" in test]
+    assert slurm and slurm[-1] == len(ids) - 1 and len(ids) > 10, ids
