@@ -24,14 +24,15 @@ Each such test holds that resource's file lock while it runs (`holds`, tests/sup
 test of another folder marked `slurm` (notebook 03) holds the "slurm" lock too: that is what makes the
 suite right, serially, under any `-n` and any scheduler.  The same name as an xdist group (`--dist
 loadgroup`) keeps a group on one worker, so its tests never wait on each other's lock; the SLURM tests and
-the notebooks run beside each other on two workers, notebook 03 last in its group (`_holds_two`)."""
+the notebooks run beside each other on two workers, notebook 03 last in the SLURM group (`_holds_two`)."""
 
 
 def _holds_two(item: pytest.Item) -> bool:
-    """A test that holds two resources runs last in its group.  Notebook 03 holds "checkout" and
-    "slurm": early in its group, its worker waits for the other worker's whole SLURM group (the "slurm"
-    lock is kept from one SLURM test to the next) with nothing to do (measured: 5.4 minutes, 77 s to
-    401 s into a 23-minute suite); last, the group's other notebooks and docs have run meanwhile."""
+    """A test that holds two resources runs last, in the SLURM group.  Notebook 03 holds "checkout" and
+    "slurm".  First in the checkout group, its worker waited for the other worker's whole SLURM group
+    (the "slurm" lock is kept from one SLURM test to the next) with nothing to do: 5.4 minutes of a
+    23-minute suite.  Last in the checkout group, still about 2 minutes.  Last in the SLURM group (about
+    7 minutes), the checkout group (about 5) is done by then, and the other worker goes on to other tests."""
     mark = item.get_closest_marker("holds")
     return mark is not None and len(set(mark.args)) > 1
 
@@ -94,5 +95,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if group:
             uses_slurm = group != "slurm" and item.get_closest_marker("slurm") is not None
             item.add_marker(pytest.mark.holds(group, *(["slurm"] if uses_slurm else [])))
-            item.add_marker(pytest.mark.xdist_group(group))
+            item.add_marker(pytest.mark.xdist_group("slurm" if uses_slurm else group))  # see _holds_two
     items[:] = sorted(items, key=_holds_two)  # stable: the others keep their order

@@ -149,12 +149,24 @@ def test_the_slurm_test_clusters_owner_leaving_first_hands_it_to_the_last_user(t
             other.wait()
 
 
-def test_a_test_holding_two_resources_is_last_in_its_group():
-    """Notebook 03 (checkout and slurm) runs after the group's other notebooks and docs: early, its worker
-    would wait for the other worker's whole SLURM group with nothing to do (tests/conftest.py, _holds_two)."""
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0", "-p",
-                           "no:cacheprovider", "tests/notebooks"], cwd=REPO, capture_output=True, text=True, timeout=150)
+SHOW_GROUPS = """
+def pytest_collection_finish(session):
+    for item in session.items:
+        mark = item.get_closest_marker("xdist_group")
+        print("GROUP", mark.args[0] if mark else "-", item.nodeid)
+"""
+
+
+def test_a_test_holding_two_resources_runs_last_in_the_slurm_group(tmp_path):
+    """Notebook 03 (checkout and slurm) runs after every SLURM test, on their worker: earlier, one worker
+    would wait for the other's SLURM group or checkout group with nothing to do (tests/conftest.py, _holds_two)."""
+    (tmp_path / "show_groups.py").write_text(SHOW_GROUPS)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0", "-p", "no:cacheprovider",
+                           "-p", "show_groups", "tests/notebooks", "tests/slurm/test_slurm_cluster.py"], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=150)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    ids = [line for line in proc.stdout.splitlines() if "::" in line]
-    slurm = [i for i, test in enumerate(ids) if "03_slurm" in test and "test_notebook_runs" in test]
-    assert slurm and slurm[-1] == len(ids) - 1 and len(ids) > 10, ids
+    groups = [line.split()[1:] for line in proc.stdout.splitlines() if line.startswith("GROUP ")]
+    assert groups[-1] == ["slurm", "tests/notebooks/test_notebooks.py::test_notebook_runs[03_slurm]"], groups
+    assert {group for group, test in groups[:-1]} == {"checkout", "slurm"} and len(groups) > 12, groups
+    assert all((group == "slurm") == test.startswith("tests/slurm/") for group, test in groups[:-1]), groups
