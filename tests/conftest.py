@@ -33,8 +33,9 @@ def _holds_two(item: pytest.Item) -> bool:
     (the "slurm" lock is kept from one SLURM test to the next) with nothing to do: 5.4 minutes of a
     23-minute suite.  Last in the checkout group, still about 2 minutes.  Last in the SLURM group (about
     7 minutes), the checkout group (about 5) is done by then, and the other worker goes on to other tests."""
-    mark = item.get_closest_marker("holds")
-    return mark is not None and len(set(mark.args)) > 1
+    from tests.support.exclusive import resources  # a plugin (above): imported by pytest first, rewritten
+
+    return len(resources(item)) > 1
 
 
 RUNS_PROCESSES = {"process", "ddp", "slurm", "notebooks"}
