@@ -52,6 +52,11 @@ def unbroken(tmp_path_factory: pytest.TempPathFactory) -> workbench.Run:
     return run
 
 
+# FSDP2's reduce-scatter and DDP's all-reduce add the ranks' gradients in different orders: about 1e-7 apart a
+# step, which 100 Adam steps amplify.  Measured on an Intel Xeon, charlm at 4 ranks: 3.7e-7 by step 20, 1e-6 by
+# step 30, 8.5e-4 at step 97 (on an AMD EPYC it stayed under 1e-5).  Wrong samples, weights, lr or a missing sum
+# show in the first steps, so those are held to rounding and the rest to 1%.
+ROUNDING_STEPS = 30
 CHARLM = {"n_layer": 2, "d_model": 16, "block_size": 16}  # two blocks, the repeated ones the units; tiny for 4 ranks
 
 
@@ -63,15 +68,22 @@ def test_fsdp2_trains_the_same_losses_as_ddp(tmp_path, task, ranks):
     runs = {}
     for strategy in ("ddp", "fsdp2"):
         run = workbench.submit(_cfg(tmp_path, strategy, ranks, task, options, max_steps=100, epochs=10,
-                                    eval_every_steps=50, checkpoint_every_steps=50, schedule="constant", lr=1e-3))
+                                    eval_every_steps=25, checkpoint_every_steps=50, schedule="constant", lr=1e-3))
         assert run.wait(timeout=280).state == "finished", run.exception()
         runs[strategy] = run
     assert len(_losses(runs["fsdp2"])) == 100
-    worst = _relative(_losses(runs["ddp"]), _losses(runs["fsdp2"]))
-    print(f"\nfsdp2 vs ddp, {task} at {ranks} ranks, 100 steps: max relative loss difference {worst:.3g}")
-    assert worst <= 1e-5
-    evals = {s: r.events().query("event == 'eval' and rank == 0")["val_loss"].tolist() for s, r in runs.items()}
-    assert evals["fsdp2"] == pytest.approx(evals["ddp"], rel=1e-5)
+    losses = {s: _losses(r) for s, r in runs.items()}
+    early = _relative(losses["ddp"].loc[:ROUNDING_STEPS], losses["fsdp2"].loc[:ROUNDING_STEPS])
+    worst = _relative(losses["ddp"], losses["fsdp2"])
+    print(f"\nfsdp2 vs ddp, {task} at {ranks} ranks: max relative loss difference {early:.3g} in steps 1-"
+          f"{ROUNDING_STEPS}, {worst:.3g} in 100 steps")
+    assert early <= 1e-5, "the same samples, weights and lr: only the order of the gradient sums may differ"
+    assert worst <= 1e-2
+    evals = {s: r.events().query("event == 'eval' and rank == 0").set_index("step")["val_loss"]
+             for s, r in runs.items()}
+    assert list(evals["fsdp2"].index) == list(evals["ddp"].index) == [25, 50, 75, 100]
+    assert evals["fsdp2"][25] == pytest.approx(evals["ddp"][25], rel=1e-5), "every validation sample, uneven shards"
+    assert evals["fsdp2"].tolist() == pytest.approx(evals["ddp"].tolist(), rel=1e-2)
     fsdp2 = runs["fsdp2"]
     start = fsdp2.events().query("event == 'start' and rank == 0").iloc[0]
     assert start["strategy"] == "fsdp2" and start["fsdp_units"] == (["TransformerEncoderLayer"] if task == "charlm"
