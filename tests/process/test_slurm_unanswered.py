@@ -16,7 +16,6 @@ from __future__ import annotations
 import html
 import os
 import re
-import shutil
 import subprocess
 import threading
 import time
@@ -31,8 +30,7 @@ from workbench.errors import SubmitError
 from workbench.runfolder.layout import RunDir, write_json_atomic
 from workbench.runfolder.writer import JsonlWriter
 
-pytestmark = [pytest.mark.timeout(120),
-              pytest.mark.skipif(shutil.which("sacct") is None, reason="no SLURM client binaries (sacct) on PATH")]
+pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("slurm_clients")]
 
 JOB_ID = "4242"
 SACCT_SAID = re.compile(r"sacct failed \(exit \d+\): sacct: error: .*Connection refused")
@@ -155,8 +153,6 @@ def test_the_runs_table_and_runs_view_show_the_run_folders_state_and_the_one_lin
 def test_cancel_from_the_dashboard_is_one_line_when_scancel_cannot_reach_slurm(tmp_path, slurm_down):
     from workbench.launch.run import Run
 
-    if shutil.which("scancel") is None:
-        pytest.skip("no scancel on PATH")
     run = Run.load(slurm_run(tmp_path).root)
     dash = run.dashboard(autostart=False)
     dash.cancel()  # the button's callback: it must not raise into the kernel's log

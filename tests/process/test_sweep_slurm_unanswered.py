@@ -9,7 +9,6 @@ slurm controller").  No cluster is started, no job submitted."""
 from __future__ import annotations
 
 import re
-import shutil
 import time
 from pathlib import Path
 
@@ -22,9 +21,7 @@ from workbench.errors import SubmitError
 from workbench.sweeps.array import shape_key
 
 optuna = pytest.importorskip("optuna")
-pytestmark = [pytest.mark.timeout(120),
-              pytest.mark.skipif(any(shutil.which(c) is None for c in ("sbatch", "squeue", "scancel", "sinfo")),
-                                 reason="no SLURM client binaries on PATH")]
+pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("slurm_clients")]
 
 
 @pytest.fixture

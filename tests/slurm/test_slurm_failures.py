@@ -103,7 +103,7 @@ def no_accounting(tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "SLURM_CONF": str(conf)}
 
 
-@pytest.mark.skipif(shutil.which("sacct") is None, reason="no SLURM client binaries (sacct) on PATH")
+@pytest.mark.usefixtures("slurm_clients")
 def test_a_job_state_sacct_cannot_give_is_one_line_in_slurms_words(no_accounting, tmp_path, monkeypatch, caplog):
     from workbench.launch.executors import SlurmJob
 

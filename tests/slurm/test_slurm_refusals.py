@@ -9,7 +9,6 @@ the rejected job needs the real test cluster."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -22,8 +21,7 @@ from workbench.errors import SubmitError
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(240)]
 
 QUICKSTART = str(REPO / "examples" / "quickstart.yaml")
-needs_clients = pytest.mark.skipif(shutil.which("sbatch") is None or shutil.which("scancel") is None,
-                                   reason="no SLURM client binaries (sbatch, scancel) on PATH")
+needs_clients = pytest.mark.usefixtures("slurm_clients")
 
 
 @pytest.fixture

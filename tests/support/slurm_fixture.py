@@ -8,11 +8,28 @@ Where no cluster can run, its tests are skipped; with CI=true they fail instead,
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 
 import pytest
 
-from .slurm_cluster import SlurmCluster, Unavailable, shared
+from .slurm_cluster import SlurmCluster, Unavailable, ensure_packages, shared
+
+
+def _unavailable(why: str) -> None:
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI=true but {why}", pytrace=False)
+    pytest.skip(why)
+
+
+@pytest.fixture(scope="session")
+def slurm_clients() -> None:
+    """SLURM's commands (sbatch, squeue, sacct, scancel, srun) on PATH, installed with the cluster's packages
+    where they are missing, for tests that run them against a controller that does not answer.  A `skipif` on
+    `shutil.which` would skip these tests on a fresh machine: collection comes before any fixture installs."""
+    why = ensure_packages() if sys.platform.startswith("linux") else "SLURM's commands are Linux packages"
+    if why:
+        _unavailable(f"no SLURM commands here: {why}")
 
 
 @pytest.fixture(scope="session")
@@ -25,9 +42,7 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
             os.environ.update(cluster.env)
             yield cluster
     except Unavailable as exc:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI=true but no SLURM test cluster can start here: {exc}", pytrace=False)
-        pytest.skip(f"no SLURM test cluster: {exc}")
+        _unavailable(f"no SLURM test cluster can start here: {exc}")
     finally:
         for name, value in saved_env.items():
             if value is None:

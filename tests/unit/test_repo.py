@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 
 import pytest
@@ -31,3 +32,16 @@ def test_readme_tells_notebook_users_to_install_the_lab_extra():
     assert 'pip install torch==2.13.0 -e ".[lab]"' in (ROOT / "README.md").read_text()
 
 
+
+
+def test_no_test_is_skipped_by_what_is_on_path_at_collection():
+    """On a fresh machine the test setup installs SLURM and Chromium after collection, so a `skipif` on
+    `shutil.which` skips its test there every time, CI included.  Such tests ask for a fixture that installs
+    what they need (`slurm_clients`, `slurm_cluster`, the browser's) and fails with CI=true where it cannot."""
+    found = []
+    for path in sorted((REPO / "tests").rglob("*.py")):
+        for tree_node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(tree_node, ast.Call) and "skipif" in ast.unparse(tree_node.func)
+                    and "which(" in ast.unparse(tree_node)):
+                found.append(f"{path.relative_to(REPO)}:{tree_node.lineno}")
+    assert not found, found
