@@ -24,7 +24,7 @@ Each such test holds that resource's file lock while it runs (`holds`, tests/sup
 test of another folder marked `slurm` (notebook 03) holds the "slurm" lock too: that is what makes the
 suite right, serially, under any `-n` and any scheduler.  The same name as an xdist group (`--dist
 loadgroup`) keeps a group on one worker, so its tests never wait on each other's lock; the SLURM tests and
-the notebooks run beside each other on two workers, notebook 03 last in the SLURM group (`_holds_two`)."""
+the notebooks run beside each other on two of the workers, notebook 03 last in the SLURM group (`_holds_two`)."""
 
 
 def _holds_two(item: pytest.Item) -> bool:

@@ -28,7 +28,7 @@ except ModuleNotFoundError:  # Python 3.10: the test extra installs tomli
 pytestmark = pytest.mark.timeout(180)
 
 ADDOPTS = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["addopts"]
-"""The scheduler settings the suite runs with (`-n 2 --dist loadgroup`)."""
+"""The scheduler settings the suite runs with (`-n 3 --dist loadgroup`)."""
 
 HOLDING = '''
 import json, os, time
