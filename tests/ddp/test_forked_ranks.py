@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import workbench
-from tests.support import SCRIPTS
+from tests.support import REPO, SCRIPTS
 from tests.support.lifecycle import run_processes
 from tests.support.runs import local_cfg
 from workbench.proctree import Proc
@@ -138,8 +138,9 @@ def test_a_controller_that_cannot_preload_torch_says_so_and_the_ranks_report_the
 
 
 SESSION = r'''
-import json, os, signal, sys, threading, time
+import functools, json, os, signal, sys, threading, time
 import workbench
+from tests.support.tasks_for_tests import gated
 from workbench.config import JobConfig
 from workbench.launch import starter
 from workbench.proctree import command_line
@@ -151,9 +152,11 @@ cfg = JobConfig.from_dict({"task": {"name": "synthetic", "options": {"n_train": 
 facts = []
 
 def one(note):
-    run = workbench.submit(cfg)
+    gate = os.path.join(os.getcwd(), "gate-" + str(len(facts)))
+    run = workbench.submit(cfg, task=functools.partial(gated, gate, 3, n_train=512, n_val=64))
     process = run.job._process
-    shown = command_line(process.pid)
+    shown = command_line(process.pid)  # while the ranks hold before step 4: a 6-step run had ended here once
+    open(gate, "w").close()
     state = run.wait(timeout=120).state
     losses = run.metrics().sort_values(["step", "rank"])["loss"].tolist()
     forked = [bool((read_json(RunDir(run.folder).procs(r)) or {}).get("forked")) for r in (0, 1)]
@@ -220,8 +223,9 @@ print(json.dumps({"runs": facts, "scripts": scripts,
 
 
 def test_a_session_forks_its_later_controllers_from_one_warm_starter_that_leaves_with_it(tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     done = subprocess.run([sys.executable, "-c", SESSION, str(tmp_path / "runs"), str(SCRIPT)], capture_output=True,
-                          text=True, timeout=220, cwd=tmp_path)
+                          text=True, timeout=220, cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     runs = {r["note"]: r for r in result["runs"]}
