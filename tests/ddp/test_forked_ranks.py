@@ -161,39 +161,44 @@ def one(note):
     losses = run.metrics().sort_values(["step", "rank"])["loss"].tolist()
     forked = [bool((read_json(RunDir(run.folder).procs(r)) or {}).get("forked")) for r in (0, 1)]
     facts.append({"note": note, "state": state, "controller": type(process).__name__, "shown": shown,
-                  "folder": str(run.folder), "losses": losses, "forked": forked, "code": process.poll()})
+                  "folder": str(run.folder), "losses": losses, "forked": forked, "code": process.poll(),
+                  "starter": process.starter.process.pid if hasattr(process, "starter") else None})
 
 one("first")                       # a fresh controller
 submitter = threading.Thread(target=one, args=("second",))  # as a sweep's driver or the form's submit
 submitter.start()
-submitter.join()                   # a fresh controller; the starter starts beside it and outlives the thread
-deadline = time.monotonic() + 60
-while not starter._starters[True].usable(dict(os.environ)) and time.monotonic() < deadline:
-    time.sleep(0.1)                # its imports done
+submitter.join()                   # the starter starts, outlives the thread; this run waited for its imports
 one("third")                       # forked from the starter
-os.environ["SOME_SETTING"] = "1"
+import torch._dynamo               # as a cell that compiles: sets TORCHINDUCTOR_CACHE_DIR, as the starter's import did
+one("after torch._dynamo")         # still the starter
+os.environ["UNREAD_SETTING"] = "1"   # no import of the starter read it, nor does torch as it loads
+one("unread setting")              # still the starter: the controller gets it as every run's variable
+os.environ["TORCH_SOME_SETTING"] = "1"  # one torch may read as it loads
 one("other environment")           # a fresh controller: the starter imported without it
-del os.environ["SOME_SETTING"]
+del os.environ["TORCH_SOME_SETTING"]
 one("environment back")            # the starter again
 original_starter = starter._starters[True].process.pid
-os.environ["SOME_SETTING"] = "2"   # set for good, as a cell does (or torch, TORCHINDUCTOR_CACHE_DIR)
+os.environ["TORCH_SOME_SETTING"] = "2"  # set for good, as a cell does
 one("set for good")                # a fresh controller
-one("set for good, again")         # a fresh one; the starter is replaced by one with this environment
-deadline = time.monotonic() + 60
-while not starter._starters[True].usable(dict(os.environ)) and time.monotonic() < deadline:
-    time.sleep(0.1)
+one("set for good, again")         # the starter is replaced by one with this environment, and used
 one("set for good, third")         # forked from the new starter
 first_starter = starter._starters[True].process.pid
 os.kill(first_starter, signal.SIGKILL)
 starter._starters[True].process.wait()
-one("starter killed")              # a fresh controller, and a new starter for the next run
+one("starter killed")              # a new starter, and this run forked from it
 second_starter = starter._starters[True]
-deadline = time.monotonic() + 60
-while not second_starter.usable(dict(os.environ)) and time.monotonic() < deadline:
-    time.sleep(0.1)
 starter.code_stamp = lambda: 0.0   # workbench's files changed on disk since the starter imported them
-one("code changed")                # a fresh controller; that starter is closed and a new one started
+one("code changed")                # that starter is closed; this run forked from a new one
 second_starter.process.wait(30)    # it left when its socket closed
+third_starter = starter._starters[True].process.pid
+slow = starter.Starter(dict(os.environ))  # one that never gets ready (stopped while it imports)
+os.kill(slow.process.pid, signal.SIGSTOP)
+began = time.monotonic()
+waited = [slow.usable(dict(os.environ), wait_s=1.0), round(time.monotonic() - began, 1)]
+os.kill(slow.process.pid, signal.SIGKILL)
+slow.process.wait()
+waited.append(slow.usable(dict(os.environ), wait_s=60.0))  # dead: no wait
+slow.close()
 
 script = os.path.join(os.getcwd(), "ddp_script.py")  # user code: the other kind of starter
 with open(script, "w") as fh:
@@ -211,14 +216,11 @@ def one_script(note):
                     "dynamo": [line for r in (0, 1) for line in run.logs(r).splitlines() if "dynamo" in line]})
 
 one_script("first script")         # a fresh controller (the engine's starter imported torch._dynamo)
-one_script("second script")        # a fresh controller; the user code's starter starts beside it
-deadline = time.monotonic() + 60
-while not starter._starters[False].usable(dict(os.environ)) and time.monotonic() < deadline:
-    time.sleep(0.1)
+one_script("second script")        # the user code's starter starts; this run waited for it
 one_script("third script")         # forked from the user code's starter
-print(json.dumps({"runs": facts, "scripts": scripts,
-                  "starters": [original_starter, first_starter, second_starter.process.pid,
-                               starter._starters[True].process.pid, starter._starters[False].process.pid]}))
+print(json.dumps({"runs": facts, "scripts": scripts, "waited": waited,
+                  "starters": [original_starter, first_starter, second_starter.process.pid, third_starter,
+                               slow.process.pid, starter._starters[False].process.pid]}))
 '''
 
 
@@ -229,11 +231,14 @@ def test_a_session_forks_its_later_controllers_from_one_warm_starter_that_leaves
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     runs = {r["note"]: r for r in result["runs"]}
-    assert [r["state"] for r in result["runs"]] == ["finished"] * 10
+    assert [r["state"] for r in result["runs"]] == ["finished"] * 12
+    assert runs["unread setting"]["starter"] == runs["third"]["starter"] == runs["environment back"]["starter"]
     kinds = {note: r["controller"] for note, r in runs.items()}
-    assert kinds == {"first": "Popen", "second": "Popen", "third": "StartedController", "other environment": "Popen",
-                     "environment back": "StartedController", "set for good": "Popen", "set for good, again": "Popen",
-                     "set for good, third": "StartedController", "starter killed": "Popen", "code changed": "Popen"}
+    fresh = {"first", "other environment", "set for good"}  # every other run forked from a starter
+    assert kinds == {note: "Popen" if note in fresh else "StartedController" for note in runs}
+    assert len(set(result["starters"])) == 6  # replaced after another environment, a kill, a code change
+    # a starter that never gets ready: the run waits its bound, then starts fresh; a dead one: no wait
+    assert result["waited"][0] is False and result["waited"][1] >= 0.9 and result["waited"][2] is False
     for r in result["runs"]:
         assert r["forked"] == [True, True] and r["code"] == 0
         assert r["losses"] == runs["first"]["losses"]  # the same seeds and data: bit for bit
@@ -242,7 +247,7 @@ def test_a_session_forks_its_later_controllers_from_one_warm_starter_that_leaves
     # user code's controllers: their own starter, which never imported torch._dynamo before a fork
     scripts = {r["note"]: r for r in result["scripts"]}
     assert {note: r["controller"] for note, r in scripts.items()} == {
-        "first script": "Popen", "second script": "Popen", "third script": "StartedController"}
+        "first script": "Popen", "second script": "StartedController", "third script": "StartedController"}
     for r in result["scripts"]:
         assert r["state"] == "finished" and r["code"] == 0 and r["forked"] == [True, True]
         assert r["dynamo"] == ["dynamo at start: False"] * 2

@@ -8,15 +8,21 @@ that import, about 3-4 CPU-seconds, for every run; with a starter it pays it onc
 - There are two kinds, as there are two kinds of controller: one for the engine's runs (torch and
   torch._dynamo imported) and one for user code, scripts, functions and pools (torch without
   torch._dynamo: forked.ENGINE_PRELOAD says why).  Each is started with the second local run of its
-  kind (a script that submits one run pays no import for a starter it would not use), and from then
-  on each controller of that kind is forked from it once it has finished importing.  `workbench run`
-  and other one-run callers (`stop_with_caller`) start none.
+  kind (a script that submits one run pays no import for a starter it would not use), and that run's
+  controller and every later one of its kind are forked from it: a run submitted while it is still
+  importing waits for it (up to REPLY_S), since a fresh controller would import as long, for nothing.
+  So a kernel, a sweep or a test session imports torch twice at most, however many runs it starts at
+  once.  `workbench run` and other one-run callers (`stop_with_caller`) start none.
 - A forked controller gets what Popen would give a fresh one: its environment, working folder, umask,
   stdin and log, its own session (it outlives the kernel as before), the signals and RNG seeds of a
   fresh process, and the command line a fresh one shows (`python -m workbench.launch.local_controller
   <run>/logs`), which workbench.launch.ours checks before any signal.
-- It is used only while it matches: a run whose environment differs from the starter's (besides what
-  each run sets), or one submitted after workbench's files changed on disk, gets a fresh controller.
+- It is used only while it matches: a run whose environment differs from the starter's in a variable
+  that bears on what it imported, or one submitted after workbench's files changed on disk, gets a
+  fresh controller.  What bears: a variable the starter's imports read from Python (noted as they
+  ran), or one torch, its native libraries or the interpreter read as they load (forked.LOAD_TIME_ENV);
+  not what each run sets, nor what the starter's own imports set (torch._dynamo sets
+  TORCHINDUCTOR_CACHE_DIR).  A forked controller gets the run's whole environment.
   A starter of older code is replaced for the runs after it; one of another environment when a
   second run in a row has the new one.
 - A starter leaves with the submitting process: when the socket to it closes, or within a second of
@@ -54,7 +60,8 @@ PER_RUN = (RUN_DIR_ENV, "PYTEST_CURRENT_TEST")
 """Environment variables that differ from run to run without bearing on what is imported: what each
 run's controller gets of its own (with every SUBMITIT_*), and the test pytest is running."""
 REPLY_S = 30.0
-"""How long the submitting side waits for the starter's answer before it starts a fresh controller."""
+"""How long the submitting side waits for the starter to be ready, or for its answer, before it starts
+a fresh controller."""
 _HEADER = struct.Struct("!I")
 
 
@@ -90,18 +97,37 @@ class Starter:
                 env=env, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL, start_new_session=True)  # not a parent-death signal: see serve
         self.statuses: dict[int, int] = {}
+        self.env_after = self.env  # its environment once its imports are done (told when it is ready)
+        self.read: set[str] | None = None  # the variables its imports read (told when it is ready)
 
-    def usable(self, env: dict[str, str]) -> bool:
-        """Ready (its imports done), alive, and started from this environment and code."""
-        if self.process.poll() is not None:
+    def matches(self, env: dict[str, str]) -> bool:
+        """Started from this environment, in every variable that bears on what it imported (all of
+        them until it is ready), or has it since its own imports set what they set (importing
+        torch._dynamo sets TORCHINDUCTOR_CACHE_DIR, as does a kernel that imports it later), and from
+        the code on disk now."""
+        bearing = _bearing(_comparable(env), self.read)
+        return (bearing in (_bearing(self.env, self.read), _bearing(self.env_after, self.read))
+                and code_stamp() == self.code_stamp)
+
+    def usable(self, env: dict[str, str], wait_s: float = 0.0) -> bool:
+        """Alive, matching `env` and the code on disk, and ready (its imports done), waiting up to
+        `wait_s` for a starter still importing: a fresh controller would import as long, and for
+        nothing."""
+        if self.process.poll() is not None or not self.matches(env):
             return False
         if not self.ready:
-            readable, _, _ = select.select([self.sock], [], [], 0)
+            readable, _, _ = select.select([self.sock], [], [], wait_s)
             if not readable:
                 return False
             with self.lock:
-                self.ready = bool(_receive(self.sock)[0].get("ready"))
-        return self.ready and _comparable(env) == self.env and code_stamp() == self.code_stamp
+                try:
+                    told = _receive(self.sock)[0]
+                except OSError:
+                    return False  # it died while importing
+            self.ready = bool(told.get("ready"))
+            self.env_after = _comparable(told.get("env") or self.env)
+            self.read = set(told["read"]) if isinstance(told.get("read"), list) else None
+        return self.ready and self.matches(env)
 
     def fork_controller(self, command: list[str], env: dict[str, str], stdin: int, log: int,
                         ) -> StartedController | None:
@@ -157,12 +183,12 @@ def controller(command: list[str], env: dict[str, str], stdin: int, log: int,
                stop_with_caller: bool, engine: bool = True) -> StartedController | None:
     """This run's controller forked from this process's starter of its kind (`engine`: the engine's
     run, else user code), or None: start a fresh one.  A starter that died or imported older code
-    than is on disk now is replaced for the runs after this one.  One whose environment differs from
-    this run's is kept for the runs that match it, and replaced by one started with the new
-    environment at the second run in a row that has it (the submitting process changed its
-    environment for good: a cell's `os.environ[...] = ...`, or torch setting TORCHINDUCTOR_CACHE_DIR
-    the first time it looks for its cache).  A one-run caller's run (`stop_with_caller`: its
-    controller must die with the caller) neither uses nor starts one."""
+    than is on disk now is replaced, and this run forked from the new one.  One whose environment
+    differs from this run's is kept for the runs that match it, and replaced by one started with the
+    new environment at the second run in a row that has it (the submitting process changed its
+    environment for good: a cell's `os.environ[...] = ...`).  A run waits for a starter that is still
+    importing (REPLY_S at most).  A one-run caller's run (`stop_with_caller`: its controller must die
+    with the caller) neither uses nor starts one."""
     _local_runs[engine] += 1
     comparable = _comparable(env)
     last, count = _env_runs[engine]
@@ -171,18 +197,15 @@ def controller(command: list[str], env: dict[str, str], stdin: int, log: int,
         return None  # a one-run caller's controller dies with the caller: a fresh one, its child
     with _current_lock:
         starter = _starters[engine]
-        if starter is not None and starter.usable(env):
-            started = starter.fork_controller(command, env, stdin, log)
-            if started is not None:
-                return started
-        if starter is not None and (starter.process.poll() is not None
-                                    or (starter.ready and code_stamp() != starter.code_stamp)
-                                    or (starter.env != comparable and _env_runs[engine][1] >= START_WITH_RUN)):
+        if starter is not None and (starter.process.poll() is not None or code_stamp() != starter.code_stamp
+                                    or (not starter.matches(env) and _env_runs[engine][1] >= START_WITH_RUN)):
             starter.close()  # gone, older code than is on disk, or a second run in another environment: replace it
             _starters[engine] = starter = None
         if starter is None and _local_runs[engine] >= START_WITH_RUN:
             with contextlib.suppress(OSError):
-                _starters[engine] = Starter(env, engine)
+                _starters[engine] = starter = Starter(env, engine)
+        if starter is not None and starter.usable(env, wait_s=REPLY_S):
+            return starter.fork_controller(command, env, stdin, log)  # None: it could not; a fresh one
         return None
 
 
@@ -200,6 +223,51 @@ def code_stamp() -> float:
 
 def _comparable(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k not in PER_RUN and not k.startswith("SUBMITIT_")}
+
+
+def _bearing(env: dict[str, str], read: set[str] | None) -> dict[str, str]:
+    """The variables of `env` that bear on what a starter imported: those its imports read from Python
+    (`read`; None: every variable), and those torch, its native libraries and the
+    interpreter read as they load (forked.LOAD_TIME_ENV, as for a script's forked ranks; the locale).  A forked
+    controller gets the run's whole environment; only what was read before the fork could differ."""
+    if read is None:
+        return env
+    return {k: v for k, v in env.items() if k in read or k.upper().startswith(forked.LOAD_TIME_ENV + _LOCALE_ENV)}
+
+
+_LOCALE_ENV = ("LANG", "LC_")
+"""What the interpreter reads as it starts besides PYTHON*: its locale (the encoding of its streams)."""
+
+
+class _Reads(os._Environ):
+    """os.environ, noting each variable read by name through it (os.environ[...], .get, `in`,
+    os.getenv).  A scan of them all (tqdm looks for its TQDM_* settings so) is not a read of each."""
+
+    def __init__(self, real: Any, seen: set[str]):
+        self.__dict__.update(vars(real))  # the same variables, and putenv as before
+        self.seen = seen
+
+    def __getitem__(self, key: Any) -> Any:
+        self.seen.add(str(key))
+        return super().__getitem__(key)
+
+    def __contains__(self, key: object) -> bool:
+        self.seen.add(str(key))
+        return super().__contains__(key)
+
+    def items(self) -> Any:
+        return [(self.decodekey(k), self.decodevalue(v)) for k, v in self.__dict__["_data"].items()]
+
+
+def _preload_noting_reads(engine: bool) -> set[str]:
+    """forked.preload(engine), returning the environment variables its imports read from Python."""
+    real, seen = os.environ, set[str]()
+    os.environ = _Reads(real, seen)  # noqa: B003 - the same variables, read through a noting view
+    try:
+        forked.preload(engine)
+    finally:
+        os.environ = real  # noqa: B003 - the view is put back
+    return seen
 
 
 def _umask() -> int:
@@ -234,7 +302,7 @@ def serve(sock: socket.socket, engine: bool = True) -> None:
     its end."""
     from workbench.launch import local_controller
 
-    forked.preload(engine)
+    read = _preload_noting_reads(engine)
     children: dict[int, forked.Forked] = {}
 
     def reap(signum: int, frame: Any) -> None:  # at once: an ended controller is not left a zombie
@@ -242,7 +310,7 @@ def serve(sock: socket.socket, engine: bool = True) -> None:
             child.poll()
 
     signal.signal(signal.SIGCHLD, reap)
-    _send(sock, {"ready": True, "pid": os.getpid()}, [])
+    _send(sock, {"ready": True, "pid": os.getpid(), "env": dict(os.environ), "read": sorted(read)}, [])
     parent = os.getppid()
     while True:
         readable, _, _ = select.select([sock], [], [], 1.0)
