@@ -9,6 +9,8 @@ unset, a point costs one dictionary lookup.  The points:
     sweep.asked       the driver asked Optuna for a trial; no values suggested yet
     sweep.values      the trial's values are suggested; its run folder is not named yet
     submit.prepared   the trial's run folder and run.json are written; nothing is started
+    submit.controller its local controller is started; submitit has not yet given the job's pickle
+                      the name the controller waits for (JOB_submitted.pkl)
     submit.started    its local controller is started; run.json does not name it yet
     sweep.submitted   the trial's run is started; the driver has not noted it yet
 """

@@ -1,7 +1,7 @@
 """A sweep whose driver is killed, for real (issue 30 item 6): the driver, a real process, SIGKILLs
 itself at each step of starting a trial (WORKBENCH_KILL_AT, the test hook in workbench/testhook.py:
-after Optuna's ask, after the values, after the run folder, after its controller started and
-after the submission), and the sweep
+after Optuna's ask, after the values, after the run folder, after its controller started (before
+and after submitit named the job's pickle) and after the submission), and the sweep
 resumed (Sweep.load, or `workbench sweep --resume` as a user types it) runs every grid point once,
 with no process of any trial left."""
 
@@ -34,7 +34,7 @@ sweep = workbench.sweep(cfg, {{"train.lr": {LRS!r}}}, name="killed", background=
 print(sweep.folder, flush=True)
 sweep.wait()
 """
-WINDOWS = ["sweep.asked", "sweep.values", "submit.prepared", "submit.started", "sweep.submitted"]
+WINDOWS = ["sweep.asked", "sweep.values", "submit.prepared", "submit.controller", "submit.started", "sweep.submitted"]
 
 
 def _killed_at(tmp_path: Path, point: str) -> SweepDir:
@@ -64,7 +64,7 @@ def test_a_driver_killed_in_each_window_of_starting_a_trial_resumes_and_runs_eve
     assert set(frame["state"]) <= {"finished", "requeued"}, frame
     trained = [d for d in folder.root.glob("trial-*") if (d / "run.json").exists() and Run.load(d).metrics().size]
     assert len(trained) == 2, (trained, frame)  # no point trained twice, by a trial left behind
-    if point in ("submit.started", "sweep.submitted"):  # its run was started: followed again, not run twice
+    if point in ("submit.controller", "submit.started", "sweep.submitted"):  # started: followed again, not run twice
         assert len(frame) == 2 and frame.loc[frame["number"] == 0, "state"].item() == "finished", frame
     for each in folder.root.glob("trial-*"):
         assert_nothing_left(each)

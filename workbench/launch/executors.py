@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from workbench.launch import starter
 from workbench.proctree import parent_death_signal
 from workbench.runfolder.layout import PoolDir, RunDir
 from workbench.runfolder.private import open_private
+from workbench.testhook import kill_point
 
 
 def make_executor(cfg: JobConfig, run: RunDir, stop_with_caller: bool = False,
@@ -62,8 +64,30 @@ class LocalExecutor(submitit.LocalExecutor):
             if process is None:
                 process = subprocess.Popen(controller, env=env, start_new_session=True, preexec_fn=preexec,
                                            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        kill_point("submit.controller")  # a test hook: the controller runs, waiting for its pickle's name
         return submitit.local.local.LocalJob(folder=self.folder, job_id=str(process.pid), process=process,
                                              tasks=list(range(ntasks)))
+
+
+PENDING_PICKLE = re.compile(r"[0-9a-f]{32}\.pkl")
+"""The name submitit gives a job's pickle before the job exists (a uuid4's hex), renamed to
+JOB_submitted.pkl once the job has an id."""
+
+
+def finish_submission(run: RunDir, job_id: str) -> bool:
+    """Give a local job's pickle the name its controller waits for (JOB_submitted.pkl), where its
+    submitter was killed between starting the controller and submitit's rename (the controller's
+    rank would wait 60 s for it, then fail).  True when the pickle is there now."""
+    from submitit.core.utils import JobPaths
+
+    paths = JobPaths(run.logs, job_id)
+    if paths.submitted_pickle.exists():
+        return True
+    pending = [p for p in run.logs.glob("*.pkl") if PENDING_PICKLE.fullmatch(p.name)]
+    if len(pending) != 1:
+        return False
+    paths.move_temporary_file(pending[0], "submitted_pickle")
+    return True
 
 
 def local_executor(cfg: JobConfig, run: RunDir, stop_with_caller: bool = False,

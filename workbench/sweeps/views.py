@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from workbench.config.sections import JobConfig
 from workbench.errors import DamagedFileWarning, RunFolderError, SubmitError
+from workbench.launch.executors import finish_submission
 from workbench.launch.ours import unrecorded_controller
 from workbench.launch.run import Run
 from workbench.proctree import Proc
@@ -183,6 +184,7 @@ def _take_over(sweep: Sweep, t: Any) -> None:
     orphan = unrecorded_controller(run.dir) if run is not None and not job_id else None
     if run is not None and orphan is not None:  # started, the driver killed before it noted the job
         run.dir.record_job(str(orphan.pid), controller=orphan.to_dict())
+        finish_submission(run.dir, str(orphan.pid))  # or before submitit named its pickle
         run, job_id = Run.load(run.folder), str(orphan.pid)
     if run is not None and not job_id:  # the old driver stopped while starting it
         run.dir.mark_cancelled(f"sweep {sweep.name}: its driver stopped while starting this trial's run; "
