@@ -163,13 +163,15 @@ class RankMonitor:
         (workbench.runfolder.failures.write_error).  A peer's failure seen meanwhile does not stop
         this rank before its own is recorded: every rank that raised keeps its error.  A collective
         broken under this rank by a peer that failed ends it as aborted; by a peer that was stopped (a
-        cancel) or while this rank is stopped itself, it is recorded as interrupted: returns why
-        ("" for a failure)."""
+        cancel) or while this rank is stopped itself, it is recorded as interrupted, as is anything
+        raised once this rank got its stop signal (worker.stop_signal): returns why ("" for a failure)."""
         if os.environ.get(PORT_RETRY_ENV) and port_taken(exc) and not self.step:
             with self._recording:
                 self.failing = True
             return ""  # not a failure yet: the agents meet again on a fresh port (worker: PORT_TAKEN_EXIT_CODE)
-        why, peers = self._broken_under(exc)
+        from workbench.engine import worker
+
+        why, peers = ("Terminated", []) if worker.stop_signal is not None else self._broken_under(exc)
         if peers:
             self._abort(peers)  # stopped because of a peer, as if this rank had seen its failure first
         if why:
