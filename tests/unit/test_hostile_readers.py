@@ -318,18 +318,18 @@ def test_the_error_records_workbench_writes_are_read_back_whole(tmp_path):
 def test_what_a_rank_raises_once_it_got_its_stop_signal_is_an_interruption_not_a_failure(tmp_path, monkeypatch):
     """SIGTERM in a collective's completion callback: torch wraps the worker's Terminated in a
     RuntimeError of its own, which must still read as the cancel it is (seen in a sweep's cancel)."""
-    from workbench.engine import worker
+    from workbench.engine import stopsignal
     from workbench.engine.monitor import RankMonitor
 
     cfg = JobConfig.from_dict({"dist": {"procs_per_node": 2}, "launch": {"run_root": str(tmp_path)}})
     run = RunDir(tmp_path / "run").prepare(cfg, "local")
     wrapped = RuntimeError("Got the following error when running the callback: Terminated: SIGTERM")
     monitor = RankMonitor(run, 0, 2, heartbeat_s=30).start()
-    monkeypatch.setattr(worker, "stop_signal", signal.SIGTERM)
+    monkeypatch.setattr(stopsignal, "received", signal.SIGTERM)
     with pytest.raises(RuntimeError), monitor.reporting():
         raise wrapped
     assert json.loads(run.status(0).read_text())["state"] == "interrupted" and not run.error(0).exists()
-    monkeypatch.setattr(worker, "stop_signal", None)  # without the signal, the same error is a failure
+    monkeypatch.setattr(stopsignal, "received", None)  # without the signal, the same error is a failure
     other = RankMonitor(run, 1, 2, heartbeat_s=30).start()
     with pytest.raises(RuntimeError), other.reporting():
         raise RuntimeError("a bug of the user's")

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.config.sections import DistConfig
-from workbench.engine import loaderstacks
+from workbench.engine import loaderstacks, stopsignal
 from workbench.engine.flight import last_collective
 from workbench.engine.hang import (
     HangWatch,
@@ -164,14 +164,12 @@ class RankMonitor:
         this rank before its own is recorded: every rank that raised keeps its error.  A collective
         broken under this rank by a peer that failed ends it as aborted; by a peer that was stopped (a
         cancel) or while this rank is stopped itself, it is recorded as interrupted, as is anything
-        raised once this rank got its stop signal (worker.stop_signal): returns why ("" for a failure)."""
+        raised once this rank got its stop signal (stopsignal.received): returns why ("" for a failure)."""
         if os.environ.get(PORT_RETRY_ENV) and port_taken(exc) and not self.step:
             with self._recording:
                 self.failing = True
             return ""  # not a failure yet: the agents meet again on a fresh port (worker: PORT_TAKEN_EXIT_CODE)
-        from workbench.engine import worker
-
-        why, peers = ("Terminated", []) if worker.stop_signal is not None else self._broken_under(exc)
+        why, peers = ("Terminated", []) if stopsignal.received is not None else self._broken_under(exc)
         if peers:
             self._abort(peers)  # stopped because of a peer, as if this rank had seen its failure first
         if why:

@@ -20,6 +20,7 @@ import sys
 from types import FrameType
 from typing import NoReturn
 
+from workbench.engine import stopsignal
 from workbench.engine.forked import flush_open_files
 
 REQUEUE_EXIT_CODE = 76
@@ -31,15 +32,8 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM or SIGHUP: stop like Ctrl-C (recorded as interrupted, not as a failure)."""
 
 
-stop_signal: int | None = None
-"""The stop signal (SIGTERM, SIGHUP) this rank got, once it got one: whatever it raises after is how
-it stopped, even where torch wraps the Terminated raised in a collective's callback in a RuntimeError
-of its own ("Got the following error when running the callback: Terminated: SIGTERM")."""
-
-
 def _terminate(signum: int, frame: FrameType | None) -> None:
-    global stop_signal
-    stop_signal = signum
+    stopsignal.received = signum  # what the rank raises from now on is how it stopped
     raise Terminated(signal.Signals(signum).name)
 
 
@@ -61,8 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - every failure is shown once, in the user's frames
         from workbench.engine.monitor import PORT_RETRY_ENV, PORT_TAKEN_EXIT_CODE
 
-        if stop_signal is not None:  # the Terminated, wrapped by torch: stopped, not failed
-            return 128 + stop_signal
+        if stopsignal.received is not None:  # the Terminated, wrapped by torch: stopped, not failed
+            return 128 + stopsignal.received
         from workbench.runfolder.failures import port_taken
 
         if os.environ.get(PORT_RETRY_ENV) and port_taken(exc):
