@@ -1,6 +1,6 @@
 """What starting runs costs a session that submits several, as a notebook does: the default (each
 engine run's ranks forked from a controller that imported torch once, workbench.engine.forked; from
-the third run on, that controller forked from the session's warm starter, workbench.launch.starter)
+the second run on, that controller forked from the session's warm starter, workbench.launch.starter)
 vs every controller, agent and worker a fresh process (WORKBENCH_FORK=0).  Alternating rounds, a
 fresh interpreter a session.
 
@@ -8,12 +8,14 @@ fresh interpreter a session.
 
 `--payload script`: the runs are a user's DDP script (`workbench.submit_script`, a torch.nn.Linear
 under DDP that calls workbench.log every step): its ranks are forked from the run's own controller,
-which imported torch without torch._dynamo; no starter (workbench.engine.forked.ENGINE_PRELOAD).
+which imported torch without torch._dynamo; from the second on, that controller is forked from the
+session's starter for user code (workbench.engine.forked.ENGINE_PRELOAD says why it is another).
 
 Per session: CPU-seconds of everything it ran (the submitting interpreter and every process it
 reaped, which holds the controllers it started and, through them, the agents and workers; plus the
 starter and what it reaped, read from /proc before the session ends), and for each run the seconds
-from `workbench.submit` returning to rank 0's first logged step.  Prints medians, and median ratios
+from calling `workbench.submit` to rank 0's first logged step (the second run waits in the call for
+the starter's imports).  Prints medians, and median ratios
 (default / fresh) of the session's CPU and of each run's latency."""
 
 from __future__ import annotations
@@ -52,11 +54,11 @@ SESSION = textwrap.dedent("""
     script = os.path.join(root, "ddp_script.py")  # written by the bench (SCRIPT)
     latencies = []
     for _ in range(runs):
+        submitted = time.time()  # before the call: a run may wait in it for a starter still importing
         if payload == "script":
             run = workbench.submit_script(script, [str(steps)], cfg, nproc=ranks)
         else:
             run = workbench.submit(cfg)
-        submitted = time.time()
         assert run.wait(timeout=300).state == "finished"
         latencies.append(float(run.metrics().query("rank == 0")["time"].min() - submitted))
         for one in starter.starters():  # as a user between cells: the starter has time to warm up
