@@ -334,3 +334,22 @@ def test_what_a_rank_raises_once_it_got_its_stop_signal_is_an_interruption_not_a
     with pytest.raises(RuntimeError), other.reporting():
         raise RuntimeError("a bug of the user's")
     assert json.loads(run.status(1).read_text())["state"] == "failed" and run.error(1).exists()
+
+
+def test_the_result_of_a_run_whose_ranks_just_said_finished_waits_for_rank_0s_summary(tmp_path):
+    """Rank 0 writes the summary just after its status (engine/rank.py): a wait() that saw both
+    statuses can return in between, and result() right after it must not say "no summary yet"."""
+    import threading
+
+    cfg = JobConfig.from_dict({"dist": {"procs_per_node": 2}, "launch": {"run_root": str(tmp_path)}})
+    run = RunDir(tmp_path / "run").prepare(cfg, "local")
+    for rank in range(2):
+        write_json_atomic(run.status(rank), {"rank": rank, "state": "finished", "step": 10, "time": time.time()})
+    loaded = Run(run.root)
+    assert loaded.status().state == "finished" and not run.summary.exists()
+    timer = threading.Timer(0.3, write_json_atomic, [run.summary, {"status": "finished", "steps": 10}])
+    timer.start()
+    try:
+        assert loaded.result() == {"status": "finished", "steps": 10}
+    finally:
+        timer.cancel()

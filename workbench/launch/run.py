@@ -52,6 +52,10 @@ MAX_WORLD_SIZE = 1 << 16
 SCHEDULER_RETRY_S = 10.0
 """While SLURM cannot be asked about a run's job (its controller or accounting does not answer),
 a live view (Run.wait, the dashboard) asks it again this often."""
+SUMMARY_AFTER_FINISHED_S = 5.0
+"""How long `result()` waits for the summary of a run whose ranks all said finished: rank 0 writes it
+just after its own status (engine/rank.py, engine/script.py), and a wait() that saw the statuses, with
+SLURM not answering, can return in between."""
 ROLES = ("controller", "agent", "worker")
 """The processes a local run's folder names (workbench.runfolder.layout.RunDir.named)."""
 
@@ -375,6 +379,10 @@ class Run:
         if status.state == "failed":
             raise RunFailed(self.exception(), self.folder)
         summary = self.dir.read_summary()
+        deadline = time.monotonic() + SUMMARY_AFTER_FINISHED_S
+        while summary is None and status.state == "finished" and time.monotonic() < deadline:
+            time.sleep(0.05)  # the ranks said finished; rank 0 writes the summary just after its status
+            summary = self.dir.read_summary()
         if summary is None:
             raise RuntimeError(f"run {self.folder} is {status.state}: no summary yet")
         return summary
