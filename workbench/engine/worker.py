@@ -53,10 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     except Terminated as exc:
         return 128 + signal.Signals[str(exc)].value
     except Exception as exc:  # noqa: BLE001 - every failure is shown once, in the user's frames
-        from workbench.engine.monitor import PORT_RETRY_ENV, PORT_TAKEN_EXIT_CODE
-
         if stopsignal.received is not None:  # the Terminated, wrapped by torch: stopped, not failed
             return 128 + stopsignal.received
+        from workbench.engine.monitor import PORT_RETRY_ENV, PORT_TAKEN_EXIT_CODE
         from workbench.runfolder.failures import port_taken
 
         if os.environ.get(PORT_RETRY_ENV) and port_taken(exc):

@@ -23,8 +23,8 @@ that import, about 3-4 CPU-seconds, for every run; with a starter it pays it onc
   ran), or one torch, its native libraries or the interpreter read as they load (forked.LOAD_TIME_ENV);
   not what each run sets, nor what the starter's own imports set (torch._dynamo sets
   TORCHINDUCTOR_CACHE_DIR).  A forked controller gets the run's whole environment.
-  A starter of older code is replaced for the runs after it; one of another environment when a
-  second run in a row has the new one.
+  A starter of older code is replaced (and the run forked from the new one); one of another
+  environment when a second run in a row has the new one.
 - A starter leaves with the submitting process: when the socket to it closes, or within a second of
   its parent's death.  (Not by a parent-death signal: that comes when the *thread* that started the
   starter ends, and a sweep's driver or the form's submit runs in a thread of its own.)  It reaps the
@@ -225,6 +225,10 @@ def _comparable(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k not in PER_RUN and not k.startswith("SUBMITIT_")}
 
 
+_LOCALE_ENV = ("LANG", "LC_")
+"""What the interpreter reads as it starts besides PYTHON*: its locale (the encoding of its streams)."""
+
+
 def _bearing(env: dict[str, str], read: set[str] | None) -> dict[str, str]:
     """The variables of `env` that bear on what a starter imported: those its imports read from Python
     (`read`; None: every variable), and those torch, its native libraries and the
@@ -234,9 +238,6 @@ def _bearing(env: dict[str, str], read: set[str] | None) -> dict[str, str]:
         return env
     return {k: v for k, v in env.items() if k in read or k.upper().startswith(forked.LOAD_TIME_ENV + _LOCALE_ENV)}
 
-
-_LOCALE_ENV = ("LANG", "LC_")
-"""What the interpreter reads as it starts besides PYTHON*: its locale (the encoding of its streams)."""
 
 
 class _Reads(os._Environ):
